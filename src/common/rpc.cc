@@ -1,0 +1,92 @@
+#include "common/rpc.h"
+
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
+                            const std::string& address) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, " at ", address, ": ", s.error_message()));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Each channel gets its own TCP connection, so parallel peers do not share one.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, const std::vector<grpc::Service*>& services) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (port in use or address not local)"));
+  }
+  return server;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return ctx;
+}
+
+absl::Status RetryUntil(absl::Duration deadline, const std::string& what,
+                        const std::function<absl::Status()>& attempt) {
+  const absl::Time start = absl::Now();
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::Status s = attempt();
+    if (s.ok()) return s;
+    const bool retryable = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+    if (!retryable) return s;
+    if (absl::Now() - start + backoff > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("gave up waiting for ", what, " after ",
+                                                      absl::FormatDuration(deadline), ": ",
+                                                      s.message()));
+    }
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+Sender MakeSender(const std::string& job, int task) {
+  static const uint64_t incarnation = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd() | 1;
+  }();
+  Sender s;
+  s.set_job(job);
+  s.set_task(task);
+  s.set_incarnation(incarnation);
+  return s;
+}
+
+std::string TaskName(const std::string& job, int task) { return absl::StrCat(job, ":", task); }
+
+}  // namespace pstrain

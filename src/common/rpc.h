@@ -1,0 +1,47 @@
+// What every part needs to talk gRPC: status conversion (the only place absl::Status and
+// grpc::Status meet), channels, deadlines, and retry with backoff.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "tensor.pb.h"
+
+namespace pstrain {
+
+grpc::Status ToGrpcStatus(const absl::Status& s);
+absl::Status FromGrpcStatus(const grpc::Status& s);
+// Adds "while calling <what> at <address>: " so the message says which peer failed.
+absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
+                            const std::string& address);
+
+// An insecure channel to host:port with pstrain's message size limits.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Builds a server on `address` with pstrain's limits; SO_REUSEPORT is off so a port already in
+// use is an error instead of a silent second listener. Returns the error naming the address.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& address, const std::vector<grpc::Service*>& services);
+
+// A client context whose deadline is `timeout` from now.
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout);
+
+// Calls `attempt` until it returns OK or a non-retryable error, sleeping with exponential backoff
+// (50 ms doubling to 2 s) between tries; UNAVAILABLE and DEADLINE_EXCEEDED are retried until
+// `deadline` has passed. The final error says what was waited for for how long.
+absl::Status RetryUntil(absl::Duration deadline, const std::string& what,
+                        const std::function<absl::Status()>& attempt);
+
+// Identity of this process in requests. The incarnation is random per process.
+Sender MakeSender(const std::string& job, int task);
+// "ps:1"
+std::string TaskName(const std::string& job, int task);
+
+constexpr int kMaxMessageBytes = 512 << 20;
+
+}  // namespace pstrain

@@ -1,0 +1,74 @@
+// Layers with explicit backward passes and the MLP built from them. Public header of src/model.
+//
+// All matrices are row-major; a batch is a matrix with one example per row. Parameters are not
+// owned by the model: callers pass pointers to their values (pulled from parameter servers), so a
+// model object holds only its shape and scratch space. An Mlp is not thread-safe; use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "Eigen/Core"
+#include "common/tensor.h"
+
+namespace pstrain {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vector = Eigen::Matrix<float, 1, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<Matrix>;
+using ConstMatrixMap = Eigen::Map<const Matrix>;
+
+namespace layers {
+// y = x * w + b (b broadcast over rows). x: n x in, w: in x out, b: out values, y: n x out.
+void DenseForward(const Eigen::Ref<const Matrix>& x, const Eigen::Ref<const Matrix>& w,
+                  const float* b, Matrix* y);
+// Given dy (n x out): dw = x^T dy, db = column sums of dy, dx = dy w^T (skipped if dx is null).
+void DenseBackward(const Eigen::Ref<const Matrix>& x, const Eigen::Ref<const Matrix>& w,
+                   const Matrix& dy, Matrix* dx, float* dw, float* db);
+// In place: x = max(x, 0).
+void ReluForward(Matrix* x);
+// In place: dy = dy where y > 0, else 0. y is the ReLU output.
+void ReluBackward(const Matrix& y, Matrix* dy);
+// Mean softmax cross-entropy of logits (n x classes) against labels in [0, classes); writes the
+// gradient of the mean loss with respect to the logits into dlogits. Numerically stable.
+float SoftmaxCrossEntropy(const Matrix& logits, const int32_t* labels, Matrix* dlogits);
+}  // namespace layers
+
+struct ParamSpec {
+  std::string name;  // "dense0/kernel", "dense0/bias", "dense1/kernel", ...
+  std::vector<int64_t> shape;
+};
+
+// Multi-layer perceptron: Dense+ReLU for every hidden layer, Dense to logits, softmax
+// cross-entropy loss.
+class Mlp {
+ public:
+  // widths: input size, hidden sizes..., number of classes (at least 2 entries, all positive).
+  explicit Mlp(std::vector<int> widths);
+
+  // Kernels [in, out] then biases [out] per layer, in layer order.
+  const std::vector<ParamSpec>& params() const { return params_; }
+  const std::vector<int>& widths() const { return widths_; }
+
+  // Glorot-uniform kernels and zero biases, deterministic for a seed.
+  std::vector<Tensor> Initialize(uint64_t seed) const;
+
+  // Forward and backward over a batch x (n x widths.front()) with labels. `params` points at the
+  // values of params() in order. Writes one gradient per parameter into *grads (resized and
+  // shaped as params()) and returns the mean loss.
+  float ForwardBackward(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                        const int32_t* labels, std::vector<Tensor>* grads);
+
+  // Fraction of rows of x whose arg-max logit equals the label; evaluates in chunks.
+  double Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                  const int32_t* labels);
+
+ private:
+  std::vector<int> widths_;
+  std::vector<ParamSpec> params_;
+  std::vector<Matrix> acts_;   // scratch: activations per layer
+  std::vector<Matrix> grads_;  // scratch: gradients w.r.t. activations
+};
+
+}  // namespace pstrain
