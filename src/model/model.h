@@ -2,7 +2,8 @@
 //
 // All matrices are row-major; a batch is a matrix with one example per row. Parameters are not
 // owned by the model: callers pass pointers to their values (pulled from parameter servers), so a
-// model object holds only its shape and scratch space. An Mlp is not thread-safe; use one per thread.
+// model object holds only its shape and scratch space. An Mlp is not thread-safe; use one per
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,7 @@ struct ParamSpec {
 class Mlp {
  public:
   // widths: input size, hidden sizes..., number of classes (at least 2 entries, all positive).
+  // Throws std::invalid_argument otherwise.
   explicit Mlp(std::vector<int> widths);
 
   // Kernels [in, out] then biases [out] per layer, in layer order.

@@ -1,0 +1,121 @@
+// Multi-layer perceptron over caller-owned parameters.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "model/model.h"
+
+namespace pstrain {
+namespace {
+
+constexpr Eigen::Index kEvalChunk = 1024;
+
+// Runs layers 0..L-1 over x; acts[i] holds the output of layer i (ReLU applied for all but the
+// last, which holds the logits). params holds kernel, bias per layer.
+void Forward(const std::vector<int>& widths, const std::vector<const float*>& params,
+             const Eigen::Ref<const Matrix>& x, std::vector<Matrix>* acts) {
+  const size_t layers = widths.size() - 1;
+  for (size_t i = 0; i < layers; ++i) {
+    ConstMatrixMap w(params[2 * i], widths[i], widths[i + 1]);
+    if (i == 0) {
+      layers::DenseForward(x, w, params[1], &(*acts)[0]);
+    } else {
+      layers::DenseForward((*acts)[i - 1], w, params[2 * i + 1], &(*acts)[i]);
+    }
+    if (i + 1 < layers) layers::ReluForward(&(*acts)[i]);
+  }
+}
+
+}  // namespace
+
+Mlp::Mlp(std::vector<int> widths) : widths_(std::move(widths)) {
+  if (widths_.size() < 2) {
+    throw std::invalid_argument(
+        absl::StrCat("Mlp needs at least 2 widths (inputs and classes), got ", widths_.size()));
+  }
+  for (int w : widths_) {
+    if (w <= 0) throw std::invalid_argument(absl::StrCat("Mlp width ", w, " is not positive"));
+  }
+  const size_t layers = widths_.size() - 1;
+  for (size_t i = 0; i < layers; ++i) {
+    params_.push_back({absl::StrCat("dense", i, "/kernel"), {widths_[i], widths_[i + 1]}});
+    params_.push_back({absl::StrCat("dense", i, "/bias"), {widths_[i + 1]}});
+  }
+  acts_.resize(layers);
+  grads_.resize(layers);
+}
+
+std::vector<Tensor> Mlp::Initialize(uint64_t seed) const {
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> out;
+  out.reserve(params_.size());
+  for (const ParamSpec& spec : params_) {
+    Tensor t(spec.shape, 0.0f);
+    if (spec.shape.size() == 2) {  // kernel [in, out]: Glorot uniform
+      const double limit = std::sqrt(6.0 / static_cast<double>(spec.shape[0] + spec.shape[1]));
+      for (float& v : t.values) {
+        // 53 random bits -> u in [0, 1); mapped to [-limit, limit). Spelled out rather than
+        // std::uniform_real_distribution so values do not depend on the standard library.
+        const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+        v = static_cast<float>((2.0 * u - 1.0) * limit);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+float Mlp::ForwardBackward(const std::vector<const float*>& params,
+                           const Eigen::Ref<const Matrix>& x, const int32_t* labels,
+                           std::vector<Tensor>* grads) {
+  assert(params.size() == params_.size());
+  assert(x.cols() == widths_.front());
+  grads->resize(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& g = (*grads)[k];
+    if (g.shape != params_[k].shape || g.size() != NumElements(params_[k].shape)) {
+      g = Tensor(params_[k].shape, 0.0f);
+    }
+  }
+
+  Forward(widths_, params, x, &acts_);
+  const size_t layers = widths_.size() - 1;
+  const float loss = layers::SoftmaxCrossEntropy(acts_[layers - 1], labels, &grads_[layers - 1]);
+  for (size_t i = layers; i-- > 0;) {
+    ConstMatrixMap w(params[2 * i], widths_[i], widths_[i + 1]);
+    float* dw = (*grads)[2 * i].data();
+    float* db = (*grads)[2 * i + 1].data();
+    if (i == 0) {
+      layers::DenseBackward(x, w, grads_[0], nullptr, dw, db);
+    } else {
+      layers::DenseBackward(acts_[i - 1], w, grads_[i], &grads_[i - 1], dw, db);
+      layers::ReluBackward(acts_[i - 1], &grads_[i - 1]);
+    }
+  }
+  return loss;
+}
+
+double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                     const int32_t* labels) {
+  assert(params.size() == params_.size());
+  assert(x.cols() == widths_.front());
+  const Eigen::Index n = x.rows();
+  if (n == 0) return 0.0;
+  int64_t correct = 0;
+  for (Eigen::Index start = 0; start < n; start += kEvalChunk) {
+    const Eigen::Index len = std::min(kEvalChunk, n - start);
+    Forward(widths_, params, x.middleRows(start, len), &acts_);
+    const Matrix& logits = acts_.back();
+    for (Eigen::Index r = 0; r < len; ++r) {
+      Eigen::Index best = 0;
+      logits.row(r).maxCoeff(&best);
+      if (best == labels[start + r]) ++correct;
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+}  // namespace pstrain
