@@ -40,8 +40,9 @@ static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape
   }
   shape->assign(p.shape().begin(), p.shape().end());
   for (int64_t d : *shape) {
-    if (d < 0) return absl::InvalidArgumentError("tensor shape " + ShapeString(*shape) +
-                                                 " has a negative dimension");
+    if (d < 0)
+      return absl::InvalidArgumentError("tensor shape " + ShapeString(*shape) +
+                                        " has a negative dimension");
   }
   const size_t want = static_cast<size_t>(NumElements(*shape)) * sizeof(float);
   if (p.data().size() != want) {
@@ -67,8 +68,8 @@ absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
   }
   if (shape != want) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(shape),
-                                                   " does not match ", ShapeString(want)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shape ", ShapeString(shape), " does not match ", ShapeString(want)));
   }
   return reinterpret_cast<const float*>(p.data().data());
 }

@@ -1,0 +1,59 @@
+// The chief's coordinator: registration, variable creation and placement, data sharding, progress,
+// evaluation and the end of the job. Public header of src/master.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps.pb.h"
+
+namespace pstrain {
+
+// What to train and how. Defaults are the demo job's.
+struct JobConfig {
+  std::string data_dir = "data/mnist";
+  std::vector<int> hidden = {256, 128};
+  std::string mode = "async";
+  OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
+  int batch_size = 64;
+  int epochs = 3;
+  uint64_t seed = 1;
+  int report_every = 20;
+  absl::Duration register_timeout = absl::Seconds(60);  // for every task to register
+  absl::Duration task_timeout = absl::Seconds(120);     // silence after which a worker is lost
+  absl::Duration rpc_timeout = absl::Seconds(30);
+
+  JobConfig();
+  // InvalidArgument naming the first bad field.
+  absl::Status Validate() const;
+};
+
+struct MasterOptions {
+  std::string listen_address;             // where MasterService listens
+  std::vector<std::string> ps_addresses;  // by task index
+  std::vector<std::string> worker_addresses;
+  JobConfig job;
+};
+
+struct JobResult {
+  double test_accuracy = 0;
+  double examples_per_sec = 0;
+  int64_t steps = 0;  // steps of all workers together
+  int64_t examples = 0;
+  double seconds = 0;  // training time, from the first task started to the last finished
+  double final_loss = 0;
+  int num_ps = 0;
+  int num_workers = 0;
+  std::string ToJson() const;
+};
+
+// Runs the whole job from the chief: starts MasterService, waits for every PS and worker to
+// register, creates and places the variables, starts the workers, logs progress to stderr,
+// evaluates the final parameters on the test set, and finally tells every task to shut down
+// (also on failure, so nothing is left waiting). Errors name the task or file at fault.
+absl::StatusOr<JobResult> RunJob(const MasterOptions& options);
+
+}  // namespace pstrain

@@ -1,0 +1,61 @@
+// The cluster, the process that plays one role in it, and the local launcher. Public header of
+// src/runtime: what the pstrain command calls.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "master/master.h"
+
+namespace pstrain {
+
+// Jobs of a cluster, each a list of host:port, in TensorFlow's TF_CONFIG format:
+//   {"cluster": {"chief": ["h:p"], "ps": [...], "worker": [...]},
+//    "task": {"type": "ps", "index": 0}}
+// "task" is optional. Known jobs: chief (exactly one task), ps and worker (at least one each),
+// evaluator (optional; reserved).
+struct ClusterSpec {
+  std::map<std::string, std::vector<std::string>> jobs;
+  std::optional<std::string> task_type;  // from "task", if present
+  std::optional<int> task_index;
+
+  // Parses and validates; errors say what is wrong and where ("TF_CONFIG: ...", "<file>: ...").
+  static absl::StatusOr<ClusterSpec> FromJson(const std::string& text, const std::string& source);
+  // Reads `file` if non-empty, else the TF_CONFIG environment variable; error if neither is set.
+  static absl::StatusOr<ClusterSpec> Load(const std::string& file);
+
+  int NumTasks(const std::string& job) const;
+  const std::vector<std::string>& Tasks(const std::string& job) const;
+  // InvalidArgument naming the job and the valid range when the task does not exist.
+  absl::StatusOr<std::string> Address(const std::string& job, int index) const;
+  std::string ToJson() const;  // the "cluster" object only
+};
+
+struct ServerOptions {
+  ClusterSpec cluster;
+  std::string job;
+  int task = 0;
+  JobConfig job_config;  // used by the chief
+  double connect_timeout_s = 60;
+};
+
+// Runs this process's role until the job ends. The chief prints progress to stderr and the
+// final result as one JSON line on stdout. Returns the process exit code.
+int RunServer(const ServerOptions& options);
+
+struct LaunchOptions {
+  int num_ps = 2;
+  int num_workers = 2;
+  std::string binary;                    // the pstrain executable to start for every task
+  std::vector<std::string> chief_flags;  // training flags passed on to the chief
+  std::string log_level = "warn";        // for ps and worker processes
+};
+
+// Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started on
+// success, failure and SIGINT/SIGTERM. Returns the exit code.
+int Launch(const LaunchOptions& options);
+
+}  // namespace pstrain

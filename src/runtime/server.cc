@@ -1,0 +1,115 @@
+// RunServer: one process of the cluster, in the role its task names.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc.h"
+#include "master.grpc.pb.h"
+#include "ps/ps.h"
+#include "runtime/runtime.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker.h"
+
+namespace pstrain {
+namespace {
+
+// Listen on the task's own address when it is local, else on every interface at its port, as
+// TensorFlow's server does.
+std::string ListenAddress(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]") return address;
+  return "0.0.0.0" + address.substr(address.rfind(':'));
+}
+
+absl::Status RegisterWithChief(const ServerOptions& o, const std::string& address) {
+  const std::string chief = o.cluster.Tasks("chief")[0];
+  auto stub = MasterService::NewStub(MakeChannel(chief));
+  RegisterRequest req;
+  *req.mutable_sender() = MakeSender(o.job, o.task);
+  req.set_address(address);
+  return RetryUntil(absl::Seconds(o.connect_timeout_s), "the chief at " + chief, [&] {
+    RegisterResponse resp;
+    return FromGrpcStatus(stub->Register(ContextWithTimeout(absl::Seconds(5)).get(), req, &resp),
+                          "Register", "chief " + chief);
+  });
+}
+
+// Serves `services` until a Shutdown arrives; registers with the chief first.
+absl::Status Serve(const ServerOptions& o, const std::string& address,
+                   const std::vector<grpc::Service*>& services, absl::Notification* shutdown) {
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartGrpcServer(ListenAddress(address), services);
+  if (!server.ok()) return server.status();
+  spdlog::info("{} serving on {}", TaskName(o.job, o.task), address);
+  absl::Status s = RegisterWithChief(o, address);
+  if (s.ok()) shutdown->WaitForNotification();
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  return s;
+}
+
+absl::Status RunPs(const ServerOptions& o, const std::string& address) {
+  absl::StatusOr<std::unique_ptr<ParameterServer>> ps = ParameterServer::Create({.task = o.task});
+  if (!ps.ok()) return ps.status();
+  absl::Notification shutdown;
+  std::unique_ptr<grpc::Service> service =
+      MakeParameterServerService(ps->get(), [&](const std::string& reason) {
+        spdlog::info("ps:{} shutting down: {}", o.task, reason);
+        shutdown.Notify();
+      });
+  return Serve(o, address, {service.get()}, &shutdown);
+}
+
+absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
+  WorkerOptions wo;
+  wo.task = o.task;
+  wo.ps_addresses = o.cluster.Tasks("ps");
+  wo.chief_address = o.cluster.Tasks("chief")[0];
+  absl::Notification shutdown;
+  absl::StatusOr<std::unique_ptr<Worker>> worker =
+      Worker::Create(wo, [&](const std::string& reason) {
+        spdlog::info("worker:{} shutting down: {}", o.task, reason);
+        shutdown.Notify();
+      });
+  if (!worker.ok()) return worker.status();
+  return Serve(o, address, {(*worker)->service()}, &shutdown);
+}
+
+absl::Status RunChief(const ServerOptions& o, const std::string& address) {
+  MasterOptions mo;
+  mo.listen_address = ListenAddress(address);
+  mo.ps_addresses = o.cluster.Tasks("ps");
+  mo.worker_addresses = o.cluster.Tasks("worker");
+  mo.job = o.job_config;
+  mo.job.register_timeout = absl::Seconds(o.connect_timeout_s);
+  absl::StatusOr<JobResult> result = RunJob(mo);
+  if (!result.ok()) return result.status();
+  std::printf("%s\n", result->ToJson().c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunServer(const ServerOptions& o) {
+  absl::StatusOr<std::string> address = o.cluster.Address(o.job, o.task);
+  absl::Status s = address.status();
+  if (s.ok()) {
+    if (o.job == "ps") {
+      s = RunPs(o, *address);
+    } else if (o.job == "worker") {
+      s = RunWorker(o, *address);
+    } else if (o.job == "chief") {
+      s = RunChief(o, *address);
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat("job \"", o.job, "\" cannot run a server here"));
+    }
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "pstrain %s: error: %s\n", TaskName(o.job, o.task).c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace pstrain

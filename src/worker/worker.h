@@ -1,0 +1,33 @@
+// The worker: the WorkerService that receives a training spec from the chief and the trainer that
+// pulls, computes and pushes. Public header of src/worker.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace pstrain {
+
+struct WorkerOptions {
+  int task = 0;                           // index in the "worker" job
+  std::vector<std::string> ps_addresses;  // by PS task index
+  std::string chief_address;
+};
+
+class Worker {
+ public:
+  // `on_shutdown(reason)` is called once when the chief sends Shutdown or becomes unreachable;
+  // the caller then stops the server and destroys the Worker.
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(
+      const WorkerOptions& options, std::function<void(const std::string&)> on_shutdown);
+  // Stops training at the next step and joins the training thread.
+  virtual ~Worker() = default;
+  // The WorkerService to register with a grpc::Server; owned by the Worker.
+  virtual grpc::Service* service() = 0;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,136 @@
+// Bad input to the pstrain binary: each case gets a one-line error naming the problem, a
+// non-zero exit, no hang, and no process left behind.
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using namespace pstrain::testing;
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    tag_ = std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  void TearDown() override {
+    EXPECT_THAT(ProcessesTagged("PSTRAIN_TEST_TAG=" + tag_), IsEmpty());
+    std::filesystem::remove_all(dir_);
+  }
+  // A cluster file with one chief, one ps and one worker on the given ports.
+  std::string ClusterFile(int chief, int ps, int worker) {
+    const std::string path = dir_ + "/cluster.json";
+    std::ofstream(path) << "{\"cluster\": {\"chief\": [\"127.0.0.1:" << chief
+                        << "\"], \"ps\": [\"127.0.0.1:" << ps
+                        << "\"], \"worker\": [\"127.0.0.1:" << worker << "\"]}}";
+    return path;
+  }
+  Result RunTagged(const std::vector<std::string>& argv,
+                   std::map<std::string, std::string> env = {}, double timeout_s = 60) {
+    env["PSTRAIN_TEST_TAG"] = tag_;
+    return testing::Run(argv, env, timeout_s);
+  }
+  std::string dir_, tag_;
+};
+
+TEST_F(BadInputTest, MalformedTfConfig) {
+  Result r = RunTagged({PSTRAIN_BINARY, "server"}, {{"TF_CONFIG", "{\"cluster\": "}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("TF_CONFIG: not valid JSON"));
+}
+
+TEST_F(BadInputTest, MissingClusterFile) {
+  Result r = RunTagged({PSTRAIN_BINARY, "server", "--cluster", dir_ + "/none.json", "--job", "ps"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cannot read cluster file " + dir_ + "/none.json"));
+}
+
+TEST_F(BadInputTest, UnknownJobAndTaskIndex) {
+  const std::vector<int> p = FreePorts(3);
+  const std::string cluster = ClusterFile(p[0], p[1], p[2]);
+  Result r =
+      RunTagged({PSTRAIN_BINARY, "server", "--cluster", cluster, "--job", "ps", "--task", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("task index 3 is out of range for job \"ps\", which has 1 task(s)"));
+  r = RunTagged({PSTRAIN_BINARY, "server", "--cluster", cluster, "--job", "boss"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("unknown job \"boss\""));
+}
+
+TEST_F(BadInputTest, PortInUse) {
+  PortHolder taken;
+  const std::vector<int> p = FreePorts(2);
+  const std::string cluster = ClusterFile(p[0], taken.port(), p[1]);
+  Result r = RunTagged({PSTRAIN_BINARY, "server", "--cluster", cluster, "--job", "ps"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(taken.port())));
+}
+
+TEST_F(BadInputTest, ChiefUnreachable) {
+  const std::vector<int> p = FreePorts(3);
+  const std::string cluster = ClusterFile(p[0], p[1], p[2]);
+  Result r = RunTagged(
+      {PSTRAIN_BINARY, "server", "--cluster", cluster, "--job", "ps", "--connect_timeout", "1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("gave up waiting for the chief at 127.0.0.1:" +
+                               std::to_string(p[0]) + " after 1s"));
+}
+
+TEST_F(BadInputTest, TasksThatNeverRegister) {
+  const std::vector<int> p = FreePorts(3);
+  const std::string cluster = ClusterFile(p[0], p[1], p[2]);
+  Result r = RunTagged({PSTRAIN_BINARY, "server", "--cluster", cluster, "--job", "chief",
+                        "--connect_timeout", "1", "--data", MnistDir()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("waiting for tasks to register: ps:0, worker:0"));
+}
+
+TEST_F(BadInputTest, MissingDataFiles) {
+  Result r = RunTagged(
+      {PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "1", "--data", dir_ + "/nodata"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(dir_ + "/nodata/t10k-images-idx3-ubyte"));
+}
+
+// The chief finds its test files, but a worker cannot find the training files: the worker's
+// error reaches the chief through StartTraining and ends the job.
+TEST_F(BadInputTest, WorkerMissingTrainingData) {
+  const std::string data = dir_ + "/testonly";
+  std::filesystem::create_directories(data);
+  for (const char* f : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    std::filesystem::create_symlink(MnistDir() + "/" + f, data + "/" + f);
+  }
+  Result r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data", data});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("StartTraining at worker:0"));
+  EXPECT_THAT(r.err, HasSubstr(data + "/train-images-idx3-ubyte"));
+}
+
+TEST_F(BadInputTest, BadTrainingFlags) {
+  Result r = RunTagged({PSTRAIN_BINARY, "launch", "--optimizer", "adagrad-ish"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown optimizer \"adagrad-ish\" (known: sgd, adam)"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--lr", "-0.5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("learning rate -0.5 must be positive"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--mode", "eventually"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown mode \"eventually\""));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--bogus", "1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--bogus"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("at least 1 ps and 1 worker"));
+}
+
+}  // namespace
+}  // namespace pstrain
