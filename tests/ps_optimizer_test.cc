@@ -1,9 +1,13 @@
-// Optimizers on the parameter server: SGD and Adam against arithmetic written out in double, and
-// the factory's validation of optimizer configs.
+// Optimizers on the parameter server against arithmetic written out in double: SGD, momentum,
+// Adagrad, Adam, RMSprop and FTRL updates, learning-rate schedules, gradient clipping, slots, and
+// the factory's validation of optimizer configs. (ps_torch_optim_test compares with torch.optim.)
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
+#include <numbers>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -13,15 +17,22 @@
 namespace pstrain {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr double kTol = 1e-6;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-OptimizerConfig Config(const std::string& name, double lr, double beta1 = 0, double beta2 = 0,
-                       double eps = 0) {
+OptimizerConfig Config(const std::string& name, double lr) {
   OptimizerConfig c;
   c.set_name(name);
   c.set_learning_rate(lr);
+  return c;
+}
+
+OptimizerConfig Adam(double lr, double beta1, double beta2, double eps) {
+  OptimizerConfig c = Config("adam", lr);
   c.set_beta1(beta1);
   c.set_beta2(beta2);
   c.set_epsilon(eps);
@@ -34,14 +45,27 @@ std::unique_ptr<Optimizer> MustCreate(const OptimizerConfig& config, int64_t n) 
   return opt.ok() ? *std::move(opt) : nullptr;
 }
 
+// Applies `grads` in turn at steps 0, 1, ...
+void ApplyAll(Optimizer& opt, std::vector<float>& w, const std::vector<std::vector<float>>& grads) {
+  int64_t step = 0;
+  for (const std::vector<float>& g : grads) {
+    opt.Apply(w.data(), g.data(), static_cast<int64_t>(w.size()), step++);
+  }
+}
+
+std::map<std::string, std::vector<float>> SlotValues(const Optimizer& opt, int64_t n) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, values] : opt.slots()) out[name].assign(values, values + n);
+  return out;
+}
+
 TEST(SgdOptimizerTest, ThreeStepsMatchHandArithmetic) {
   std::unique_ptr<Optimizer> sgd = MustCreate(Config("sgd", 0.1), 3);
   ASSERT_NE(sgd, nullptr);
   EXPECT_EQ(sgd->name(), "sgd");
+  EXPECT_TRUE(sgd->slots().empty());
   std::vector<float> w = {1.0f, -2.0f, 0.5f};
-  const std::vector<std::vector<float>> grads = {
-      {0.5f, -1.0f, 2.0f}, {0.25f, 0.5f, -1.0f}, {-0.75f, 0.3f, 4.0f}};
-  for (const std::vector<float>& g : grads) sgd->Apply(w.data(), g.data(), 3);
+  ApplyAll(*sgd, w, {{0.5f, -1.0f, 2.0f}, {0.25f, 0.5f, -1.0f}, {-0.75f, 0.3f, 4.0f}});
 
   // w -= lr * g, three times.
   EXPECT_NEAR(w[0], 1.0 - 0.1 * 0.5 - 0.1 * 0.25 - 0.1 * -0.75, kTol);  // 1.0
@@ -49,14 +73,104 @@ TEST(SgdOptimizerTest, ThreeStepsMatchHandArithmetic) {
   EXPECT_NEAR(w[2], 0.5 - 0.1 * 2.0 - 0.1 * -1.0 - 0.1 * 4.0, kTol);    // 0.0
 }
 
+TEST(MomentumOptimizerTest, ThreeStepsMatchHandArithmetic) {
+  OptimizerConfig c = Config("momentum", 0.1);
+  c.set_momentum(0.9);
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 1);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->name(), "momentum");
+  std::vector<float> w = {1.0f};
+  ApplyAll(*opt, w, {{0.5f}, {-1.0f}, {2.0f}});
+  double b = 0.5, want = 1.0 - 0.1 * b;  // first update: b = g
+  b = 0.9 * b + -1.0, want -= 0.1 * b;
+  b = 0.9 * b + 2.0, want -= 0.1 * b;
+  EXPECT_NEAR(w[0], want, kTol);
+  EXPECT_NEAR(SlotValues(*opt, 1)["momentum_buffer"][0], b, kTol);
+}
+
+TEST(MomentumOptimizerTest, NesterovThreeStepsMatchHandArithmetic) {
+  OptimizerConfig c = Config("momentum", 0.1);
+  c.set_momentum(0.5);
+  c.set_nesterov(true);
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 1);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> w = {1.0f};
+  ApplyAll(*opt, w, {{0.5f}, {-1.0f}, {2.0f}});
+  double b = 0.5, want = 1.0 - 0.1 * (0.5 + 0.5 * b);
+  b = 0.5 * b + -1.0, want -= 0.1 * (-1.0 + 0.5 * b);
+  b = 0.5 * b + 2.0, want -= 0.1 * (2.0 + 0.5 * b);
+  EXPECT_NEAR(w[0], want, kTol);
+}
+
+TEST(MomentumOptimizerTest, ZeroMomentumIsPlainSgdWithoutSlots) {
+  std::unique_ptr<Optimizer> opt = MustCreate(Config("momentum", 0.1), 1);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_TRUE(opt->slots().empty());
+  std::vector<float> w = {1.0f};
+  ApplyAll(*opt, w, {{0.5f}, {-1.0f}});
+  EXPECT_NEAR(w[0], 1.0 - 0.05 + 0.1, kTol);
+}
+
+TEST(AdagradOptimizerTest, ThreeStepsMatchHandArithmetic) {
+  OptimizerConfig c = Config("adagrad", 0.5);
+  c.set_initial_accumulator_value(0.25);
+  c.set_epsilon(0.01);
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 1);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(SlotValues(*opt, 1)["sum"], std::vector<float>{0.25f});
+  std::vector<float> w = {1.0f};
+  ApplyAll(*opt, w, {{0.5f}, {-1.0f}, {2.0f}});
+  double sum = 0.25, want = 1.0;
+  for (double g : {0.5, -1.0, 2.0}) {
+    sum += g * g;
+    want -= 0.5 * g / (std::sqrt(sum) + 0.01);
+  }
+  EXPECT_NEAR(w[0], want, kTol);
+  EXPECT_NEAR(SlotValues(*opt, 1)["sum"][0], 5.5, kTol);
+}
+
+TEST(AdagradOptimizerTest, DefaultsAreZeroAccumulatorAndTinyEpsilon) {
+  std::unique_ptr<Optimizer> opt = MustCreate(Config("adagrad", 0.1), 1);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> w = {0.0f};
+  ApplyAll(*opt, w, {{4.0f}});
+  EXPECT_NEAR(w[0], -0.1 * 4.0 / (4.0 + 1e-10), kTol);  // sum = 16
+}
+
+TEST(RmsPropOptimizerTest, ThreeStepsMatchHandArithmeticWithAndWithoutMomentum) {
+  for (double momentum : {0.0, 0.8}) {
+    OptimizerConfig c = Config("rmsprop", 0.01);
+    c.set_rho(0.9);
+    c.set_epsilon(0.1);
+    c.set_momentum(momentum);
+    std::unique_ptr<Optimizer> opt = MustCreate(c, 1);
+    ASSERT_NE(opt, nullptr);
+    EXPECT_EQ(opt->slots().size(), momentum > 0 ? 2u : 1u);
+    std::vector<float> w = {1.0f};
+    ApplyAll(*opt, w, {{0.5f}, {-1.0f}, {2.0f}});
+    double sq = 0, buf = 0, want = 1.0;
+    for (double g : {0.5, -1.0, 2.0}) {
+      sq = 0.9 * sq + 0.1 * g * g;
+      const double avg = std::sqrt(sq) + 0.1;
+      if (momentum > 0) {
+        buf = momentum * buf + g / avg;
+        want -= 0.01 * buf;
+      } else {
+        want -= 0.01 * g / avg;
+      }
+    }
+    EXPECT_NEAR(w[0], want, kTol) << "momentum " << momentum;
+    EXPECT_NEAR(SlotValues(*opt, 1)["square_avg"][0], sq, kTol);
+  }
+}
+
 TEST(AdamOptimizerTest, ThreeStepsMatchHandArithmeticWithDefaults) {
-  // beta1, beta2, epsilon left at 0 mean 0.9, 0.999, 1e-8.
+  // beta1, beta2, epsilon unset mean 0.9, 0.999, 1e-8.
   std::unique_ptr<Optimizer> adam = MustCreate(Config("adam", 0.01), 2);
   ASSERT_NE(adam, nullptr);
   EXPECT_EQ(adam->name(), "adam");
   std::vector<float> w = {1.0f, -0.5f};
-  const std::vector<std::vector<float>> grads = {{0.5f, 2.0f}, {-0.25f, 1.0f}, {1.0f, -3.0f}};
-  for (const std::vector<float>& g : grads) adam->Apply(w.data(), g.data(), 2);
+  ApplyAll(*adam, w, {{0.5f, 2.0f}, {-0.25f, 1.0f}, {1.0f, -3.0f}});
   EXPECT_EQ(static_cast<AdamOptimizer*>(adam.get())->step(), 3);
 
   // Element 0: gradients 0.5, -0.25, 1.0.
@@ -71,6 +185,8 @@ TEST(AdamOptimizerTest, ThreeStepsMatchHandArithmeticWithDefaults) {
   v = 0.999 * v + 0.001 * 1.0 * 1.0;
   w0 -= 0.01 * (m / (1 - 0.9 * 0.9 * 0.9)) / (std::sqrt(v / (1 - 0.999 * 0.999 * 0.999)) + 1e-8);
   EXPECT_NEAR(w[0], w0, kTol);
+  EXPECT_NEAR(SlotValues(*adam, 2)["exp_avg"][0], m, kTol);
+  EXPECT_NEAR(SlotValues(*adam, 2)["exp_avg_sq"][0], v, kTol);
 
   // Element 1: gradients 2.0, 1.0, -3.0.
   double m1 = 0, v1 = 0, w1 = -0.5;
@@ -88,10 +204,10 @@ TEST(AdamOptimizerTest, ThreeStepsMatchHandArithmeticWithDefaults) {
 
 TEST(AdamOptimizerTest, ThreeStepsMatchHandArithmeticWithCustomHyperParameters) {
   // A large epsilon and small betas make every hyper-parameter visible in the result.
-  std::unique_ptr<Optimizer> adam = MustCreate(Config("adam", 0.1, 0.5, 0.75, 0.1), 1);
+  std::unique_ptr<Optimizer> adam = MustCreate(Adam(0.1, 0.5, 0.75, 0.1), 1);
   ASSERT_NE(adam, nullptr);
-  float w = 2.0f;
-  for (float g : {1.0f, -2.0f, 0.5f}) adam->Apply(&w, &g, 1);
+  std::vector<float> w = {2.0f};
+  ApplyAll(*adam, w, {{1.0f}, {-2.0f}, {0.5f}});
 
   double m = 0, v = 0, want = 2.0;
   m = 0.5 * m + 0.5 * 1.0;  // t = 1
@@ -103,7 +219,7 @@ TEST(AdamOptimizerTest, ThreeStepsMatchHandArithmeticWithCustomHyperParameters) 
   m = 0.5 * m + 0.5 * 0.5;  // t = 3
   v = 0.75 * v + 0.25 * 0.5 * 0.5;
   want -= 0.1 * (m / (1 - 0.5 * 0.5 * 0.5)) / (std::sqrt(v / (1 - 0.75 * 0.75 * 0.75)) + 0.1);
-  EXPECT_NEAR(w, want, kTol);
+  EXPECT_NEAR(w[0], want, kTol);
 }
 
 TEST(AdamOptimizerTest, FirstStepMovesByLearningRateAgainstGradientSign) {
@@ -111,37 +227,249 @@ TEST(AdamOptimizerTest, FirstStepMovesByLearningRateAgainstGradientSign) {
   std::unique_ptr<Optimizer> adam = MustCreate(Config("adam", 0.001), 3);
   ASSERT_NE(adam, nullptr);
   std::vector<float> w = {0.0f, 0.0f, 0.0f};
-  const std::vector<float> g = {1e-3f, -50.0f, 0.0f};
-  adam->Apply(w.data(), g.data(), 3);
+  ApplyAll(*adam, w, {{1e-3f, -50.0f, 0.0f}});
   EXPECT_NEAR(w[0], -0.001, kTol);
   EXPECT_NEAR(w[1], 0.001, kTol);
   EXPECT_EQ(w[2], 0.0f);  // 0 / (0 + eps)
 }
 
-TEST(AdamOptimizerTest, ZeroHyperParametersMeanDefaults) {
-  std::unique_ptr<Optimizer> zeros = MustCreate(Config("adam", 0.01), 2);
-  std::unique_ptr<Optimizer> explicit_defaults =
-      MustCreate(Config("adam", 0.01, 0.9, 0.999, 1e-8), 2);
-  ASSERT_NE(zeros, nullptr);
+TEST(AdamOptimizerTest, UnsetHyperParametersMeanDefaults) {
+  std::unique_ptr<Optimizer> unset = MustCreate(Config("adam", 0.01), 2);
+  std::unique_ptr<Optimizer> explicit_defaults = MustCreate(Adam(0.01, 0.9, 0.999, 1e-8), 2);
+  ASSERT_NE(unset, nullptr);
   ASSERT_NE(explicit_defaults, nullptr);
   std::vector<float> a = {1.0f, 2.0f}, b = a;
-  for (const std::vector<float>& g : {std::vector<float>{0.1f, -0.2f}, {0.3f, 0.4f}}) {
-    zeros->Apply(a.data(), g.data(), 2);
-    explicit_defaults->Apply(b.data(), g.data(), 2);
-  }
+  ApplyAll(*unset, a, {{0.1f, -0.2f}, {0.3f, 0.4f}});
+  ApplyAll(*explicit_defaults, b, {{0.1f, -0.2f}, {0.3f, 0.4f}});
   EXPECT_EQ(a, b);
+}
+
+TEST(AdamOptimizerTest, ExplicitZeroBetasAreNotDefaults) {
+  // beta1 = beta2 = 0: m = g, v = g^2, no bias correction; each step is lr * g / (|g| + eps).
+  std::unique_ptr<Optimizer> adam = MustCreate(Adam(0.1, 0.0, 0.0, 0.5), 1);
+  ASSERT_NE(adam, nullptr);
+  std::vector<float> w = {0.0f};
+  ApplyAll(*adam, w, {{2.0f}, {-0.5f}});
+  EXPECT_NEAR(w[0], -0.1 * 2.0 / 2.5 + 0.1 * 0.5 / 1.0, kTol);
 }
 
 TEST(AdamOptimizerTest, SlotsBelongToEachOptimizer) {
   // Two variables' optimizers do not share moments or step counts.
   std::unique_ptr<Optimizer> a = MustCreate(Config("adam", 0.01), 1);
   std::unique_ptr<Optimizer> b = MustCreate(Config("adam", 0.01), 1);
-  float wa = 0, wb = 0, g = 1.0f;
-  a->Apply(&wa, &g, 1);
-  a->Apply(&wa, &g, 1);
-  b->Apply(&wb, &g, 1);
-  EXPECT_NEAR(wb, -0.01, kTol);
-  EXPECT_NEAR(wa, -0.02, kTol);  // constant gradient: every bias-corrected step is lr
+  std::vector<float> wa = {0}, wb = {0};
+  ApplyAll(*a, wa, {{1.0f}, {1.0f}});
+  ApplyAll(*b, wb, {{1.0f}});
+  EXPECT_NEAR(wb[0], -0.01, kTol);
+  EXPECT_NEAR(wa[0], -0.02, kTol);  // constant gradient: every bias-corrected step is lr
+}
+
+// McMahan et al. 2013, Algorithm 1, one coordinate, with beta = 0 and TensorFlow's 2 * l2.
+struct McMahanFtrl {
+  double alpha, l1, l2, n, z = 0, w;
+  void Step(double g) {
+    const double sigma = (std::sqrt(n + g * g) - std::sqrt(n)) / alpha;
+    z += g - sigma * w;
+    n += g * g;
+    const double sgn = z < 0 ? -1.0 : 1.0;
+    w = std::abs(z) <= l1 ? 0.0 : -(z - sgn * l1) / (std::sqrt(n) / alpha + 2 * l2);
+  }
+};
+
+TEST(FtrlOptimizerTest, ThreeStepsMatchMcMahanRule) {
+  OptimizerConfig c = Config("ftrl", 0.5);
+  c.set_l1(0.1);
+  c.set_l2(0.2);  // initial_accumulator_value 0.1 and learning_rate_power -0.5 by default
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 2);
+  ASSERT_NE(opt, nullptr);
+  EXPECT_EQ(opt->name(), "ftrl");
+  std::vector<float> w = {0.3f, -0.2f};
+  const std::vector<std::vector<float>> grads = {{1.0f, -0.25f}, {-0.5f, 0.75f}, {0.8f, 2.0f}};
+  ApplyAll(*opt, w, {grads[0]});
+  // First step of element 0 by hand: n = 0.1 + 1 = 1.1, sigma = (sqrt(1.1) - sqrt(0.1)) / 0.5,
+  // z = 1 - sigma * 0.3 = 0.56045135, w = -(z - 0.1) / (sqrt(1.1) / 0.5 + 0.4) = -0.18435622.
+  EXPECT_NEAR(w[0], -0.18435621727965, kTol);
+  ApplyAll(*opt, w, {grads[1], grads[2]});
+
+  McMahanFtrl e0{.alpha = 0.5, .l1 = 0.1, .l2 = 0.2, .n = 0.1, .w = 0.3};
+  McMahanFtrl e1{.alpha = 0.5, .l1 = 0.1, .l2 = 0.2, .n = 0.1, .w = -0.2};
+  for (const std::vector<float>& g : grads) e0.Step(g[0]), e1.Step(g[1]);
+  EXPECT_NEAR(w[0], e0.w, kTol);
+  EXPECT_NEAR(w[1], e1.w, kTol);
+  std::map<std::string, std::vector<float>> slots = SlotValues(*opt, 2);
+  EXPECT_NEAR(slots["accumulator"][0], e0.n, kTol);  // 0.1 + 1 + 0.25 + 0.64
+  EXPECT_NEAR(slots["linear"][0], e0.z, kTol);
+  EXPECT_NEAR(slots["accumulator"][1], e1.n, kTol);
+  EXPECT_NEAR(slots["linear"][1], e1.z, kTol);
+}
+
+TEST(FtrlOptimizerTest, LinearTermWithinL1GivesExactZero) {
+  OptimizerConfig c = Config("ftrl", 0.1);
+  c.set_l1(1.0);
+  c.set_initial_accumulator_value(0.5);
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 2);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> w = {0.0f, 0.0f};
+  ApplyAll(*opt, w, {{0.4f, -0.9f}, {0.5f, -0.6f}});
+  // From w = 0, sigma * w = 0, so z sums the gradients: 0.9 is within l1 = 1, -1.5 is not.
+  EXPECT_EQ(w[0], 0.0f);
+  EXPECT_FALSE(std::signbit(w[0]));
+  McMahanFtrl e1{.alpha = 0.1, .l1 = 1.0, .l2 = 0.0, .n = 0.5, .w = 0.0};
+  e1.Step(-0.9);
+  EXPECT_EQ(e1.w, 0.0);
+  e1.Step(-0.6);
+  EXPECT_NEAR(w[1], e1.w, kTol);  // -(-1.5 + 1) / (sqrt(0.5 + 0.81 + 0.36) / 0.1) > 0
+  EXPECT_GT(w[1], 0.0f);
+}
+
+TEST(FtrlOptimizerTest, GeneralLearningRatePower) {
+  // p = -1: n^-p = n, so sigma = g^2 / lr and the denominator is n / lr + 2 l2.
+  OptimizerConfig c = Config("ftrl", 0.5);
+  c.set_learning_rate_power(-1.0);
+  c.set_l1(0.05);
+  c.set_l2(0.1);
+  c.set_initial_accumulator_value(0.2);
+  std::unique_ptr<Optimizer> opt = MustCreate(c, 1);
+  ASSERT_NE(opt, nullptr);
+  std::vector<float> w = {0.4f};
+  ApplyAll(*opt, w, {{1.0f}, {-0.5f}, {0.25f}});
+  double n = 0.2, z = 0, want = 0.4;
+  for (double g : {1.0, -0.5, 0.25}) {
+    z += g - (g * g / 0.5) * want;
+    n += g * g;
+    want = std::abs(z) <= 0.05 ? 0.0 : -(z - std::copysign(0.05, z)) / (n / 0.5 + 0.2);
+  }
+  EXPECT_NEAR(w[0], want, kTol);
+
+  // p = 0: a fixed learning rate, sigma = 0, z is the sum of the gradients (here 1.5).
+  c.set_learning_rate_power(0.0);
+  opt = MustCreate(c, 1);
+  ASSERT_NE(opt, nullptr);
+  w = {0.4f};
+  ApplyAll(*opt, w, {{1.0f}, {0.5f}});
+  EXPECT_NEAR(w[0], -(1.5 - 0.05) / (1 / 0.5 + 0.2), kTol);
+}
+
+TEST(FtrlOptimizerTest, SlotsStartAtDefaultAccumulatorAndZeroLinear) {
+  std::unique_ptr<Optimizer> opt = MustCreate(Config("ftrl", 0.1), 2);
+  ASSERT_NE(opt, nullptr);
+  std::map<std::string, std::vector<float>> slots = SlotValues(*opt, 2);
+  EXPECT_THAT(slots["accumulator"], ElementsAre(0.1f, 0.1f));
+  EXPECT_THAT(slots["linear"], ElementsAre(0.0f, 0.0f));
+  EXPECT_EQ(slots.size(), 2u);
+}
+
+OptimizerConfig WithSchedule(OptimizerConfig c, const std::string& kind, int64_t step_size,
+                             double decay_rate, int64_t warmup, int64_t total, double min_lr) {
+  LearningRateSchedule* s = c.mutable_schedule();
+  s->set_kind(kind);
+  s->set_step_size(step_size);
+  s->set_decay_rate(decay_rate);
+  s->set_warmup_steps(warmup);
+  s->set_total_steps(total);
+  s->set_min_lr(min_lr);
+  return c;
+}
+
+TEST(LearningRateScheduleTest, ConstantIgnoresStep) {
+  for (const char* kind : {"", "constant"}) {
+    const OptimizerConfig c = WithSchedule(Config("sgd", 0.3), kind, 0, 0, 0, 0, 0);
+    for (int64_t step : {0, 1, 7, 1000000}) EXPECT_EQ(ScheduledLearningRate(c, step), 0.3);
+  }
+}
+
+TEST(LearningRateScheduleTest, StepDecaysEveryStepSizeSteps) {
+  const OptimizerConfig c = WithSchedule(Config("sgd", 0.8), "step", 3, 0.5, 0, 0, 0);
+  const std::map<int64_t, double> want = {{0, 0.8}, {2, 0.8}, {3, 0.4},  {5, 0.4},
+                                          {6, 0.2}, {9, 0.1}, {11, 0.1}, {12, 0.05}};
+  for (const auto& [step, lr] : want) EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, step), lr) << step;
+  EXPECT_EQ(ScheduledLearningRate(c, -5), 0.8);  // negative steps count as 0
+  // decay_rate 1 is allowed and constant.
+  EXPECT_EQ(ScheduledLearningRate(WithSchedule(Config("sgd", 0.8), "step", 1, 1, 0, 0, 0), 50),
+            0.8);
+}
+
+TEST(LearningRateScheduleTest, CosineWarmsUpLinearlyThenDecaysToMinLr) {
+  const OptimizerConfig c = WithSchedule(Config("sgd", 1.0), "cosine", 0, 0, 4, 12, 0.1);
+  // Warm-up: lr * (step + 1) / 4.
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, 1), 0.5);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(c, 3), 1.0);
+  // Decay over steps 4..12: 0.1 + 0.45 (1 + cos(pi (step - 4) / 8)).
+  EXPECT_NEAR(ScheduledLearningRate(c, 4), 1.0, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 6), 0.1 + 0.45 * (1 + std::cos(std::numbers::pi / 4)),
+              1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 8), 0.55, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 11), 0.1 + 0.45 * (1 + std::cos(7 * std::numbers::pi / 8)),
+              1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 12), 0.1, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 1000), 0.1, 1e-12);
+}
+
+TEST(LearningRateScheduleTest, CosineWithoutWarmupStartsAtLr) {
+  const OptimizerConfig c = WithSchedule(Config("sgd", 2.0), "cosine", 0, 0, 0, 4, 0);
+  EXPECT_NEAR(ScheduledLearningRate(c, 0), 2.0, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 2), 1.0, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(c, 4), 0.0, 1e-12);
+}
+
+TEST(LearningRateScheduleTest, ApplyUsesTheStepArgument) {
+  // Step schedule halving every 2 steps; the update count passed in, not the number of calls,
+  // picks the rate.
+  std::unique_ptr<Optimizer> sgd =
+      MustCreate(WithSchedule(Config("sgd", 1.0), "step", 2, 0.5, 0, 0, 0), 1);
+  ASSERT_NE(sgd, nullptr);
+  float w = 0.0f;
+  const float g = 1.0f;
+  sgd->Apply(&w, &g, 1, 5);  // lr 0.25
+  EXPECT_EQ(w, -0.25f);
+  sgd->Apply(&w, &g, 1, 0);  // lr 1
+  EXPECT_EQ(w, -1.25f);
+}
+
+TEST(GradientClippingTest, ScalesGradientDownToClipNorm) {
+  OptimizerConfig c = Config("sgd", 1.0);
+  c.set_clip_norm(1.0);
+  std::unique_ptr<Optimizer> sgd = MustCreate(c, 2);
+  ASSERT_NE(sgd, nullptr);
+  std::vector<float> w = {0.0f, 0.0f};
+  const std::vector<float> g = {3.0f, -4.0f};  // norm 5
+  sgd->Apply(w.data(), g.data(), 2, 0);
+  EXPECT_NEAR(w[0], -0.6, kTol);
+  EXPECT_NEAR(w[1], 0.8, kTol);
+  EXPECT_THAT(g, ElementsAre(3.0f, -4.0f));  // the caller's gradient is left alone
+}
+
+TEST(GradientClippingTest, LeavesGradientsWithinClipNormUnchanged) {
+  OptimizerConfig c = Config("sgd", 1.0);
+  c.set_clip_norm(5.0);
+  std::unique_ptr<Optimizer> sgd = MustCreate(c, 2);
+  ASSERT_NE(sgd, nullptr);
+  std::vector<float> w = {0.0f, 0.0f};
+  ApplyAll(*sgd, w, {{3.0f, -4.0f}, {0.3f, 0.4f}});  // norm exactly 5, then 0.5
+  EXPECT_EQ(w[0], -3.0f - 0.3f);
+  EXPECT_EQ(w[1], 4.0f - 0.4f);
+}
+
+TEST(GradientClippingTest, ZeroClipNormMeansNoClipping) {
+  std::unique_ptr<Optimizer> sgd = MustCreate(Config("sgd", 1.0), 1);
+  ASSERT_NE(sgd, nullptr);
+  std::vector<float> w = {0.0f};
+  ApplyAll(*sgd, w, {{1e6f}});
+  EXPECT_EQ(w[0], -1e6f);
+}
+
+TEST(GradientClippingTest, ClipsBeforeTheOptimizerSeesTheGradient) {
+  OptimizerConfig c = Config("adam", 0.1);
+  c.set_clip_norm(0.5);
+  std::unique_ptr<Optimizer> adam = MustCreate(c, 2);
+  ASSERT_NE(adam, nullptr);
+  std::vector<float> w = {0.0f, 0.0f};
+  ApplyAll(*adam, w, {{6.0f, 8.0f}});  // norm 10 -> (0.3, 0.4)
+  std::map<std::string, std::vector<float>> slots = SlotValues(*adam, 2);
+  EXPECT_NEAR(slots["exp_avg"][0], 0.1 * 0.3, kTol);
+  EXPECT_NEAR(slots["exp_avg"][1], 0.1 * 0.4, kTol);
+  EXPECT_NEAR(slots["exp_avg_sq"][1], 0.001 * 0.4 * 0.4, kTol);
 }
 
 void ExpectRejected(const OptimizerConfig& config, const std::string& message) {
@@ -149,43 +477,144 @@ void ExpectRejected(const OptimizerConfig& config, const std::string& message) {
   ASSERT_FALSE(opt.ok()) << config.DebugString();
   EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(opt.status().message(), HasSubstr(message)) << config.DebugString();
+  EXPECT_EQ(ValidateOptimizerConfig(config), opt.status());
 }
 
 TEST(CreateOptimizerTest, RejectsUnknownName) {
-  ExpectRejected(Config("foo", 0.1), "unknown optimizer 'foo' (known: sgd, adam)");
-  ExpectRejected(Config("", 0.1), "unknown optimizer '' (known: sgd, adam)");
+  const std::string known = "(known: sgd, momentum, adagrad, adam, rmsprop, ftrl)";
+  ExpectRejected(Config("foo", 0.1), "unknown optimizer 'foo' " + known);
+  ExpectRejected(Config("", 0.1), "unknown optimizer '' " + known);
   ExpectRejected(Config("SGD", 0.1), "unknown optimizer 'SGD'");
 }
 
 TEST(CreateOptimizerTest, RejectsBadLearningRate) {
-  const double inf = std::numeric_limits<double>::infinity();
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const char* name : {"sgd", "adam"}) {
-    for (double lr : {0.0, -0.1, inf, -inf, nan}) {
-      ExpectRejected(Config(name, lr), "learning rate must be finite and positive");
+  for (const char* name : {"sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl"}) {
+    for (double lr : {0.0, -0.1, kInf, -kInf, kNan}) {
+      ExpectRejected(Config(name, lr), "must be positive and finite");
     }
   }
+  ExpectRejected(Config("sgd", -1), "learning rate -1 must be positive and finite");
 }
 
-TEST(CreateOptimizerTest, RejectsBetaOutsideHalfOpenUnitInterval) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (double beta : {1.0, 1.5, -0.1, nan}) {
-    ExpectRejected(Config("adam", 0.1, beta, 0.999), "adam beta1 must be in [0, 1)");
-    ExpectRejected(Config("adam", 0.1, 0.9, beta), "adam beta2 must be in [0, 1)");
+TEST(CreateOptimizerTest, RejectsBetaAndRhoOutsideHalfOpenUnitInterval) {
+  for (double x : {1.0, 1.5, -0.1, kNan}) {
+    ExpectRejected(Adam(0.1, x, 0.999, 1e-8), "beta1 ");
+    ExpectRejected(Adam(0.1, 0.9, x, 1e-8), "beta2 ");
+    OptimizerConfig c = Config("rmsprop", 0.1);
+    c.set_rho(x);
+    ExpectRejected(c, "rho ");
   }
+  ExpectRejected(Adam(0.1, 1.0, 0.999, 1e-8), "beta1 1 must be in [0, 1)");
+  OptimizerConfig c = Config("rmsprop", 0.1);
+  c.set_rho(-0.5);
+  ExpectRejected(c, "rho -0.5 must be in [0, 1)");
 }
 
 TEST(CreateOptimizerTest, RejectsNegativeOrNonFiniteEpsilon) {
-  ExpectRejected(Config("adam", 0.1, 0.9, 0.999, -1e-8),
-                 "adam epsilon must be finite and non-negative");
-  ExpectRejected(Config("adam", 0.1, 0.9, 0.999, std::numeric_limits<double>::infinity()),
-                 "adam epsilon must be finite and non-negative");
+  ExpectRejected(Adam(0.1, 0.9, 0.999, -0.001), "epsilon -0.001 must be non-negative and finite");
+  ExpectRejected(Adam(0.1, 0.9, 0.999, kInf), "epsilon inf must be non-negative and finite");
+  OptimizerConfig c = Config("adagrad", 0.1);
+  c.set_epsilon(kNan);
+  ExpectRejected(c, "epsilon nan must be non-negative and finite");
+}
+
+TEST(CreateOptimizerTest, RejectsBadMomentumAndNesterov) {
+  for (const char* name : {"momentum", "rmsprop"}) {
+    OptimizerConfig c = Config(name, 0.1);
+    c.set_momentum(1.0);
+    ExpectRejected(c, "momentum 1 must be in [0, 1)");
+    c.set_momentum(-0.5);
+    ExpectRejected(c, "momentum -0.5 must be in [0, 1)");
+  }
+  OptimizerConfig c = Config("momentum", 0.1);
+  c.set_nesterov(true);
+  ExpectRejected(c, "nesterov requires momentum > 0");
+}
+
+TEST(CreateOptimizerTest, RejectsBadFtrlParameters) {
+  OptimizerConfig c = Config("ftrl", 0.1);
+  c.set_l1(-1);
+  ExpectRejected(c, "l1 -1 must be non-negative and finite");
+  c = Config("ftrl", 0.1);
+  c.set_l2(kInf);
+  ExpectRejected(c, "l2 inf must be non-negative and finite");
+  c = Config("ftrl", 0.1);
+  c.set_learning_rate_power(0.5);
+  ExpectRejected(c, "learning_rate_power 0.5 must be non-positive and finite");
+  c.set_learning_rate_power(-kInf);
+  ExpectRejected(c, "learning_rate_power -inf");
+  for (const char* name : {"ftrl", "adagrad"}) {
+    c = Config(name, 0.1);
+    c.set_initial_accumulator_value(-0.1);
+    ExpectRejected(c, "initial_accumulator_value -0.1 must be non-negative and finite");
+  }
+}
+
+TEST(CreateOptimizerTest, RejectsBadClipNorm) {
+  OptimizerConfig c = Config("sgd", 0.1);
+  c.set_clip_norm(-1);
+  ExpectRejected(c, "clip_norm -1 must be non-negative and finite");
+  c.set_clip_norm(kNan);
+  ExpectRejected(c, "clip_norm nan");
+}
+
+TEST(CreateOptimizerTest, RejectsBadSchedules) {
+  const OptimizerConfig sgd = Config("sgd", 0.1);
+  ExpectRejected(WithSchedule(sgd, "linear", 0, 0, 0, 0, 0),
+                 "unknown learning-rate schedule 'linear' (known: constant, step, cosine)");
+  ExpectRejected(WithSchedule(sgd, "step", 0, 0.5, 0, 0, 0), "step_size 0 must be positive");
+  ExpectRejected(WithSchedule(sgd, "step", 10, 0, 0, 0, 0), "decay_rate 0 must be in (0, 1]");
+  ExpectRejected(WithSchedule(sgd, "step", 10, 1.5, 0, 0, 0), "decay_rate 1.5 must be in (0, 1]");
+  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 5, 5, 0),
+                 "total_steps 5 must exceed warmup_steps 5");
+  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 0, 0),
+                 "total_steps 0 must exceed warmup_steps 0");
+  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, -1, 5, 0), "warmup_steps -1 must be");
+  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, 0.2),
+                 "min_lr 0.2 must be in [0, learning rate 0.1]");
+  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, -0.01), "min_lr -0.01");
+}
+
+TEST(CreateOptimizerTest, RejectsNegativeNumElements) {
+  EXPECT_EQ(CreateOptimizer(Config("sgd", 0.1), -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CreateOptimizerTest, AcceptsValidConfigs) {
   EXPECT_TRUE(CreateOptimizer(Config("sgd", 1.0), 10).ok());
   EXPECT_TRUE(CreateOptimizer(Config("adam", 1e-3), 10).ok());
-  EXPECT_TRUE(CreateOptimizer(Config("adam", 1e-3, 0.5, 0.25, 1e-3), 0).ok());
+  EXPECT_TRUE(CreateOptimizer(Adam(1e-3, 0.5, 0.25, 1e-3), 0).ok());
+  EXPECT_TRUE(CreateOptimizer(Adam(1e-3, 0.0, 0.0, 0.0), 3).ok());
+  OptimizerConfig c = Config("momentum", 0.1);
+  c.set_momentum(0.9);
+  c.set_nesterov(true);
+  c.set_clip_norm(2.0);
+  EXPECT_TRUE(CreateOptimizer(WithSchedule(c, "step", 1, 1.0, 0, 0, 0), 5).ok());
+  c = Config("ftrl", 0.1);
+  c.set_l1(0.0);
+  c.set_learning_rate_power(0.0);
+  EXPECT_TRUE(CreateOptimizer(WithSchedule(c, "cosine", 0, 0, 0, 1, 0.1), 5).ok());
+}
+
+TEST(CreateOptimizerTest, SlotsAreNamedAsInTorchAndSized) {
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"sgd", {}},
+      {"adagrad", {"sum"}},
+      {"adam", {"exp_avg", "exp_avg_sq"}},
+      {"rmsprop", {"square_avg"}},
+      {"ftrl", {"accumulator", "linear"}}};
+  for (const auto& [name, slots] : want) {
+    std::unique_ptr<Optimizer> opt = MustCreate(Config(name, 0.1), 3);
+    ASSERT_NE(opt, nullptr);
+    EXPECT_EQ(opt->name(), name);
+    std::vector<std::string> got;
+    for (const auto& [slot, values] : opt->slots()) got.push_back(slot);
+    EXPECT_EQ(got, slots) << name;
+  }
+  OptimizerConfig c = Config("rmsprop", 0.1);
+  c.set_momentum(0.5);
+  std::map<std::string, std::vector<float>> slots = SlotValues(*MustCreate(c, 3), 3);
+  EXPECT_THAT(slots["momentum_buffer"], ElementsAre(0, 0, 0));
 }
 
 }  // namespace

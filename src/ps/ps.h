@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "ps.grpc.pb.h"
@@ -29,12 +30,35 @@ class ParameterServer {
   // optimizer or bad hyper-parameters.
   virtual absl::Status CreateVariables(const CreateVariablesRequest& req,
                                        CreateVariablesResponse* resp) = 0;
+  // Sets how pushes combine (async, sync k-of-n, ssp) and which workers may push. Call before
+  // variables exist; without it the server runs async and accepts any sender.
+  virtual absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) = 0;
+
   // Values and versions of the named variables, in request order. NotFound names an unknown one.
-  virtual absl::Status Pull(const PullRequest& req, PullResponse* resp) = 0;
+  // In sync mode the pull waits until every named variable reached req.min_version; in ssp mode
+  // it waits while req.clock runs more than `staleness` ahead of the slowest worker. `done` is
+  // called exactly once, inline or later from another thread; `resp` must stay valid until then.
+  // A wait longer than the configured wait timeout ends with DeadlineExceeded saying what it
+  // waited for.
+  virtual void PullAsync(const PullRequest& req, PullResponse* resp,
+                         std::function<void(absl::Status)> done) = 0;
+  // PullAsync, waiting for `done`.
+  absl::Status Pull(const PullRequest& req, PullResponse* resp);
+
   // Applies each gradient with its variable's optimizer and bumps the version. Rejects the whole
-  // push (NotFound / InvalidArgument) for an unknown variable, a shape mismatch, a non-finite
-  // value, a repeated name, or a read_version newer than the variable.
+  // push (NotFound / InvalidArgument / PermissionDenied) for an unknown variable, a shape
+  // mismatch, a non-finite value (counted), a repeated name, a read_version newer than the
+  // variable, or a worker the chief did not announce. In sync mode a gradient is accumulated for
+  // the step it was read at; the k-th one applies their average. A gradient for an older step is
+  // dropped and counted (resp->stale_dropped), not an error.
   virtual absl::Status Push(const PushRequest& req, PushResponse* resp) = 0;
+
+  // The worker finished: it no longer holds back ssp clocks.
+  virtual absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) = 0;
+  virtual absl::Status Stats(const StatsRequest& req, StatsResponse* resp) = 0;
+  // Ends every waiting pull with Unavailable and refuses new waits; called before the server
+  // stops so no call is left open.
+  virtual void Stop() = 0;
 };
 
 // The gRPC ParameterServerService (callback API) over `ps`, which must outlive it. A Shutdown

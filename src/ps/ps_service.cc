@@ -27,9 +27,28 @@ class ParameterServerServiceImpl final : public ParameterServerService::Callback
     return Finish(ctx, ps_->CreateVariables(*req, resp));
   }
 
+  grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx, const ConfigureRequest* req,
+                                      ConfigureResponse* resp) override {
+    return Finish(ctx, ps_->Configure(*req, resp));
+  }
+
+  // A pull may wait (sync step, ssp clock): the reactor is finished from whichever thread
+  // releases it. `req` and `resp` stay valid until Finish.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const PullRequest* req,
                                  PullResponse* resp) override {
-    return Finish(ctx, ps_->Pull(*req, resp));
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ps_->PullAsync(*req, resp, [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* req,
+                                  LeaveResponse* resp) override {
+    return Finish(ctx, ps_->Leave(*req, resp));
+  }
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const StatsRequest* req,
+                                  StatsResponse* resp) override {
+    return Finish(ctx, ps_->Stats(*req, resp));
   }
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const PushRequest* req,
