@@ -1,0 +1,245 @@
+#include "master/placement.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int64_t kFloatBytes = 4;
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+constexpr absl::string_view kPartitionerForms =
+    "expected none, fixed:N (N >= 1), min_bytes:B or max_bytes:B (B >= 1 bytes)";
+
+// Bytes of one row (4 * product of shape[1:]); InvalidArgument on a negative dim or overflow.
+absl::StatusOr<int64_t> RowBytes(const std::vector<int64_t>& shape) {
+  int64_t bytes = kFloatBytes;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("negative dimension ", shape[i], " in shape [",
+                                                     absl::StrJoin(shape, ","), "]"));
+    }
+    if (i == 0) continue;
+    if (shape[i] != 0 && bytes > kMaxInt64 / shape[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape [", absl::StrJoin(shape, ","), "] overflows int64 bytes"));
+    }
+    bytes *= shape[i];
+  }
+  return bytes;
+}
+
+// Saturating bytes of a whole variable, for the table (scalars are one element).
+int64_t ShapeBytes(const std::vector<int64_t>& shape) {
+  int64_t bytes = kFloatBytes;
+  for (int64_t d : shape) {
+    if (d <= 0) return 0;
+    if (bytes > kMaxInt64 / d) return kMaxInt64;
+    bytes *= d;
+  }
+  return bytes;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+std::string HumanBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionerSpec> ParsePartitioner(const std::string& text) {
+  PartitionerSpec spec;
+  if (text == "none") return spec;
+  const size_t colon = text.find(':');
+  const absl::string_view name = absl::string_view(text).substr(0, colon);
+  if (colon == std::string::npos ||
+      (name != "fixed" && name != "min_bytes" && name != "max_bytes")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown partitioner \"", text, "\": ", kPartitionerForms));
+  }
+  const std::string number = text.substr(colon + 1);
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(number, &value) || value < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("bad partitioner \"", text, "\": \"", number,
+                                                   "\" is not a positive integer; ",
+                                                   kPartitionerForms));
+  }
+  if (name == "fixed") {
+    if (value > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad partitioner \"", text, "\": too many shards"));
+    }
+    spec.kind = PartitionerSpec::Kind::kFixed;
+    spec.num_shards = static_cast<int>(value);
+  } else {
+    spec.kind = name == "min_bytes" ? PartitionerSpec::Kind::kMinShardBytes
+                                    : PartitionerSpec::Kind::kMaxShardBytes;
+    spec.shard_bytes = value;
+  }
+  return spec;
+}
+
+absl::StatusOr<std::vector<RowRange>> PartitionRows(const std::vector<int64_t>& shape,
+                                                    const PartitionerSpec& spec) {
+  using Kind = PartitionerSpec::Kind;
+  if (spec.kind == Kind::kFixed && spec.num_shards < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fixed partitioner needs num_shards >= 1, got ", spec.num_shards));
+  }
+  if ((spec.kind == Kind::kMinShardBytes || spec.kind == Kind::kMaxShardBytes) &&
+      spec.shard_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.kind == Kind::kMinShardBytes ? "min_bytes" : "max_bytes",
+                     " partitioner needs shard_bytes > 0, got ", spec.shard_bytes));
+  }
+  if (spec.max_shards < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partitioner needs max_shards >= 0, got ", spec.max_shards));
+  }
+  absl::StatusOr<int64_t> row_bytes_or = RowBytes(shape);
+  if (!row_bytes_or.ok()) return row_bytes_or.status();
+  const int64_t row_bytes = *row_bytes_or;
+
+  if (shape.empty()) return std::vector<RowRange>{{0, 1}};  // a scalar: one "row"
+  const int64_t rows = shape[0];
+  if (rows <= 1) return std::vector<RowRange>{{0, rows}};
+
+  int64_t n = 1;
+  switch (spec.kind) {
+    case Kind::kNone:
+      break;
+    case Kind::kFixed:
+      n = spec.num_shards;
+      break;
+    case Kind::kMinShardBytes:
+      // The smallest of n shards has floor(rows / n) rows; it needs min_rows rows.
+      if (row_bytes > 0) n = rows / CeilDiv(spec.shard_bytes, row_bytes);
+      break;
+    case Kind::kMaxShardBytes:
+      // The largest of n shards has ceil(rows / n) rows; it may have at most max_rows rows.
+      if (row_bytes > 0) {
+        const int64_t max_rows = spec.shard_bytes / row_bytes;
+        n = max_rows == 0 ? rows : CeilDiv(rows, max_rows);
+      }
+      break;
+  }
+  if (spec.max_shards > 0) n = std::min<int64_t>(n, spec.max_shards);
+  n = std::clamp<int64_t>(n, 1, rows);
+
+  std::vector<RowRange> ranges;
+  ranges.reserve(static_cast<size_t>(n));
+  const int64_t base = rows / n;
+  const int64_t extra = rows % n;  // the first `extra` shards get one more row
+  int64_t begin = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t end = begin + base + (i < extra ? 1 : 0);
+    ranges.push_back({begin, end});
+    begin = end;
+  }
+  return ranges;
+}
+
+absl::StatusOr<PlacementStrategy> ParsePlacement(const std::string& text) {
+  if (text == "round_robin") return PlacementStrategy::kRoundRobin;
+  if (text == "greedy") return PlacementStrategy::kGreedyBytes;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown placement \"", text, "\": expected round_robin or greedy"));
+}
+
+std::vector<int> PlaceItems(const std::vector<int64_t>& bytes, int num_ps,
+                            PlacementStrategy strategy, const std::vector<int64_t>& initial_load) {
+  num_ps = std::max(num_ps, 1);
+  std::vector<int> ps(bytes.size(), 0);
+  if (strategy == PlacementStrategy::kRoundRobin) {
+    for (size_t i = 0; i < bytes.size(); ++i) ps[i] = static_cast<int>(i % num_ps);
+    return ps;
+  }
+  std::vector<size_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto size = [&](size_t i) { return std::max<int64_t>(bytes[i], 0); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return size(a) > size(b); });
+  // Min-heap of (load, ps): the least-loaded PS on top, the lowest index among equal loads.
+  using Load = std::pair<int64_t, int>;
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
+  for (int p = 0; p < num_ps; ++p) {
+    loads.push({p < static_cast<int>(initial_load.size()) ? initial_load[p] : 0, p});
+  }
+  for (size_t i : order) {
+    auto [load, p] = loads.top();
+    loads.pop();
+    ps[i] = p;
+    const int64_t s = size(i);
+    loads.push({load > kMaxInt64 - s ? kMaxInt64 : load + s, p});
+  }
+  return ps;
+}
+
+std::string PlacementTable(const std::vector<std::string>& names,
+                           const std::vector<std::vector<int64_t>>& shapes,
+                           const std::vector<int>& ps, int num_ps) {
+  const size_t n = std::min({names.size(), shapes.size(), ps.size()});
+  num_ps = std::max(num_ps, 0);
+  std::vector<std::string> shape_text(n);
+  std::vector<int64_t> item_bytes(n);
+  size_t name_w = 4, shape_w = 5, bytes_w = 5;
+  for (size_t i = 0; i < n; ++i) {
+    shape_text[i] = absl::StrCat("[", absl::StrJoin(shapes[i], ","), "]");
+    item_bytes[i] = ShapeBytes(shapes[i]);
+    name_w = std::max(name_w, names[i].size());
+    shape_w = std::max(shape_w, shape_text[i].size());
+    bytes_w = std::max(bytes_w, absl::StrCat(item_bytes[i]).size());
+  }
+  const int nw = static_cast<int>(name_w), sw = static_cast<int>(shape_w);
+  const int bw = static_cast<int>(bytes_w);
+  std::string out =
+      absl::StrFormat("%-*s  %-*s  %*s  %s\n", nw, "name", sw, "shape", bw, "bytes", "ps");
+  std::vector<int64_t> totals(static_cast<size_t>(num_ps), 0);
+  std::vector<int> counts(static_cast<size_t>(num_ps), 0);
+  int64_t total = 0;
+  int placed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    absl::StrAppendFormat(&out, "%-*s  %-*s  %*d  %d\n", nw, names[i], sw, shape_text[i], bw,
+                          item_bytes[i], ps[i]);
+    if (ps[i] < 0 || ps[i] >= num_ps) continue;
+    totals[ps[i]] += item_bytes[i];
+    ++counts[ps[i]];
+    ++placed;
+    total += item_bytes[i];
+  }
+  for (int p = 0; p < num_ps; ++p) {
+    const double pct = total > 0 ? 100.0 * static_cast<double>(totals[p]) / total : 0.0;
+    absl::StrAppendFormat(&out, "ps %d: %d items, %d bytes (%s, %.1f%%)\n", p, counts[p], totals[p],
+                          HumanBytes(totals[p]), pct);
+  }
+  absl::StrAppendFormat(&out, "total: %d items, %d bytes (%s) on %d ps\n", placed, total,
+                        HumanBytes(total), num_ps);
+  return out;
+}
+
+}  // namespace pstrain
