@@ -117,7 +117,8 @@ TEST_F(BadInputTest, WorkerMissingTrainingData) {
 TEST_F(BadInputTest, BadTrainingFlags) {
   Result r = RunTagged({PSTRAIN_BINARY, "launch", "--optimizer", "adagrad-ish"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("unknown optimizer \"adagrad-ish\" (known: sgd, adam)"));
+  EXPECT_THAT(r.err, HasSubstr("unknown optimizer \"adagrad-ish\" (known: sgd, momentum, adagrad, "
+                               "adam, rmsprop, ftrl)"));
   r = RunTagged({PSTRAIN_BINARY, "launch", "--lr", "-0.5"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("learning rate -0.5 must be positive"));
@@ -127,9 +128,34 @@ TEST_F(BadInputTest, BadTrainingFlags) {
   r = RunTagged({PSTRAIN_BINARY, "launch", "--bogus", "1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--bogus"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--mode", "ssp", "--staleness", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("staleness -1 is out of range"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--lr", "nan"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("must be positive and finite"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--nonfinite", "ignore"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--nonfinite must be skip or stop"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--partitioner", "fixed:0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("fixed:0"));
   r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "0"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("at least 1 ps and 1 worker"));
+}
+
+// Checks that need the cluster: the chief refuses them before training and stops every task.
+TEST_F(BadInputTest, OptimizerAndAggregationOutOfRange) {
+  Result r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "1", "--data",
+                        MnistDir(), "--optimizer", "momentum", "--momentum", "1.5"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("CreateVariables at ps:0: variable 'dense0/kernel': optimizer "
+                               "'momentum': momentum 1.5 must be in [0, 1)"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data", MnistDir(),
+                 "--mode", "sync", "--replicas_to_aggregate", "3"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("replicas_to_aggregate 3 exceeds the 2 workers"));
 }
 
 }  // namespace

@@ -8,26 +8,12 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli/training_flags.h"
 #include "runtime/runtime.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
-
-// Training flags: given to the chief, which passes them on to the workers.
-void AddTrainingFlags(CLI::App* app, pstrain::JobConfig* c, std::string* optimizer, double* lr) {
-  app->add_option("--data", c->data_dir, "directory with the MNIST-layout IDX files")
-      ->capture_default_str();
-  app->add_option("--hidden", c->hidden, "hidden layer widths, comma separated")
-      ->delimiter(',')
-      ->capture_default_str();
-  app->add_option("--optimizer", *optimizer, "sgd or adam")->capture_default_str();
-  app->add_option("--lr", *lr, "learning rate")->capture_default_str();
-  app->add_option("--batch", c->batch_size, "examples per step and worker")->capture_default_str();
-  app->add_option("--epochs", c->epochs, "passes over the training data")->capture_default_str();
-  app->add_option("--mode", c->mode, "consistency: async")->capture_default_str();
-  app->add_option("--seed", c->seed, "seed for initialisation and shuffling")
-      ->capture_default_str();
-}
 
 std::string SelfPath(const char* argv0) {
   char buf[PATH_MAX];
@@ -39,12 +25,12 @@ std::string SelfPath(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: the chief's stdout carries only its result line.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("pstrain"));
   CLI::App app{"pstrain: parameter-server training"};
   app.require_subcommand(1);
 
-  pstrain::JobConfig config;
-  std::string optimizer = config.optimizer.name();
-  double lr = config.optimizer.learning_rate();
+  pstrain::TrainingFlags training;
 
   pstrain::ServerOptions server;
   std::string cluster_file, log_level = "info";
@@ -58,7 +44,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   srv->add_option("--log_level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
-  AddTrainingFlags(srv, &config, &optimizer, &lr);
+  training.AddTo(srv);
 
   pstrain::LaunchOptions launch;
   CLI::App* lch = app.add_subcommand("launch", "run a whole cluster on 127.0.0.1");
@@ -75,10 +61,8 @@ int main(int argc, char** argv) {
     launch.chief_flags = lch->remaining();
     // Check the training flags here so that a typo fails before any process starts.
     CLI::App check;
-    pstrain::JobConfig c;
-    std::string o = optimizer;
-    double l = lr;
-    AddTrainingFlags(&check, &c, &o, &l);
+    pstrain::TrainingFlags flags;
+    flags.AddTo(&check);
     try {
       std::vector<std::string> args(launch.chief_flags.rbegin(), launch.chief_flags.rend());
       check.parse(args);
@@ -86,10 +70,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "pstrain launch: error: %s\n", e.what());
       return 2;
     }
-    c.optimizer.set_name(o);
-    c.optimizer.set_learning_rate(l);
-    if (absl::Status s = c.Validate(); !s.ok()) {
-      std::fprintf(stderr, "pstrain launch: error: %s\n", std::string(s.message()).c_str());
+    if (absl::StatusOr<pstrain::JobConfig> c = flags.ToConfig(); !c.ok()) {
+      std::fprintf(stderr, "pstrain launch: error: %s\n",
+                   std::string(c.status().message()).c_str());
       return 2;
     }
     return pstrain::Launch(launch);
@@ -113,8 +96,12 @@ int main(int argc, char** argv) {
     server.job = *cluster->task_type;
     if (srv->count("--task") == 0) server.task = cluster->task_index.value_or(0);
   }
-  config.optimizer.set_name(optimizer);
-  config.optimizer.set_learning_rate(lr);
-  server.job_config = config;
+  absl::StatusOr<pstrain::JobConfig> config = training.ToConfig();
+  if (!config.ok()) {
+    std::fprintf(stderr, "pstrain server: error: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  server.job_config = *config;
   return pstrain::RunServer(server);
 }

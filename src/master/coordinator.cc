@@ -1,5 +1,7 @@
 #include "master/coordinator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/rpc.h"
@@ -11,9 +13,10 @@ Coordinator::Coordinator(int num_ps, int num_workers)
       num_workers_(num_workers),
       ps_registered_(num_ps, false),
       worker_registered_(num_workers, false),
+      workers_(num_workers),
       progress_(num_workers) {}
 
-absl::Status Coordinator::Register(const RegisterRequest& req) {
+absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse* resp) {
   const Sender& s = req.sender();
   absl::MutexLock lock(&mu_);
   std::vector<bool>* table = nullptr;
@@ -29,6 +32,99 @@ absl::Status Coordinator::Register(const RegisterRequest& req) {
                      ": the cluster has ", table->size(), " ", s.job(), " task(s)"));
   }
   (*table)[s.task()] = true;
+  if (s.job() == "worker") workers_[s.task()] = s;
+  resp->set_mode(mode_);
+  return absl::OkStatus();
+}
+
+std::vector<Sender> Coordinator::Workers() const {
+  absl::MutexLock lock(&mu_);
+  return workers_;
+}
+
+void Coordinator::SetMode(const std::string& mode) {
+  absl::MutexLock lock(&mu_);
+  mode_ = mode;
+}
+
+bool Coordinator::IsWorker(const Sender& s) const {
+  return s.job() == "worker" && s.task() >= 0 && s.task() < num_workers_ &&
+         worker_registered_[s.task()] && workers_[s.task()].incarnation() == s.incarnation();
+}
+
+void Coordinator::SetReady() {
+  std::vector<std::function<void(absl::Status)>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    ready_ = true;
+    ReleaseBarriers();
+    released.swap(released_);
+  }
+  for (auto& done : released) done(absl::OkStatus());
+}
+
+void Coordinator::ReleaseBarriers() {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    BarrierState& b = it->second;
+    const bool all = std::all_of(b.arrived.begin(), b.arrived.end(), [](bool x) { return x; });
+    if (all && (ready_ || it->first != "pstrain/start")) {
+      for (auto& done : b.waiting) released_.push_back(std::move(done));
+      it = barriers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::Barrier(const BarrierRequest& req, std::function<void(absl::Status)> done) {
+  std::vector<std::function<void(absl::Status)>> released;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!IsWorker(req.sender())) {
+      refused = absl::PermissionDeniedError(absl::StrCat(
+          "barrier \"", req.name(), "\" from ", TaskName(req.sender().job(), req.sender().task()),
+          ", which is not a registered worker"));
+    } else if (stop_) {
+      refused = absl::CancelledError("the job is ending");
+    } else {
+      BarrierState& b = barriers_[req.name()];
+      if (b.arrived.empty()) b.arrived.assign(num_workers_, false);
+      b.arrived[req.sender().task()] = true;
+      b.waiting.push_back(std::move(done));
+      ReleaseBarriers();
+      released.swap(released_);
+    }
+  }
+  if (!refused.ok()) return done(refused);
+  for (auto& d : released) d(absl::OkStatus());
+}
+
+void Coordinator::SetCreateVariable(CreateVariableFn fn) {
+  absl::MutexLock lock(&mu_);
+  create_variable_ = std::move(fn);
+}
+
+absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
+                                         CreateVariableResponse* resp) {
+  CreateVariableFn fn;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!IsWorker(req.sender())) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("CreateVariable from ", TaskName(req.sender().job(), req.sender().task()),
+                       ", which is not a registered worker"));
+    }
+    fn = create_variable_;
+  }
+  if (!fn) {
+    return absl::FailedPreconditionError(
+        "this job creates its own variables: CreateVariable needs a chief run with --model "
+        "external");
+  }
+  absl::StatusOr<Placement> p = fn(req.spec());
+  if (!p.ok()) return p.status();
+  *resp->mutable_placement() = *std::move(p);
   return absl::OkStatus();
 }
 
@@ -48,6 +144,8 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
   p.loss = req.loss();
   p.done = req.done();
   if (!req.error().empty()) p.error = req.error();
+  p.nonfinite_skipped = req.nonfinite_skipped();
+  p.stale_dropped = req.stale_dropped();
   p.last_report = absl::Now();
   ++reports_;
   *stop = stop_;
@@ -84,8 +182,16 @@ std::vector<WorkerProgress> Coordinator::WaitForReport(absl::Duration timeout) {
 }
 
 void Coordinator::RequestStop() {
-  absl::MutexLock lock(&mu_);
-  stop_ = true;
+  std::vector<std::function<void(absl::Status)>> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    for (auto& [name, b] : barriers_) {
+      for (auto& d : b.waiting) cancelled.push_back(std::move(d));
+    }
+    barriers_.clear();
+  }
+  for (auto& d : cancelled) d(absl::CancelledError("the job is ending"));
 }
 
 namespace {
@@ -97,7 +203,23 @@ class MasterServiceImpl final : public MasterService::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
                                      RegisterResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(coordinator_->Register(*req)));
+    reactor->Finish(ToGrpcStatus(coordinator_->Register(*req, resp)));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* CreateVariable(grpc::CallbackServerContext* ctx,
+                                           const CreateVariableRequest* req,
+                                           CreateVariableResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(coordinator_->CreateVariable(*req, resp)));
+    return reactor;
+  }
+
+  // Held open until every worker arrived; finished from the thread of the last arrival.
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const BarrierRequest* req,
+                                    BarrierResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    coordinator_->Barrier(*req, [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
     return reactor;
   }
 

@@ -1,74 +1,32 @@
 // RunJob: the chief's side of one training job, from registration to shutdown.
-#include <cmath>
 #include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "client/client.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "data/data.h"
 #include "master/coordinator.h"
 #include "master/master.h"
+#include "master/variables.h"
 #include "model/model.h"
-#include "nlohmann/json.hpp"
 #include "ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker.grpc.pb.h"
 
 namespace pstrain {
-
-JobConfig::JobConfig() {
-  optimizer.set_name("adam");
-  optimizer.set_learning_rate(0.001);
-}
-
-absl::Status JobConfig::Validate() const {
-  for (int h : hidden) {
-    if (h <= 0)
-      return absl::InvalidArgumentError(
-          absl::StrCat("hidden layer width ", h, " must be positive"));
-  }
-  if (mode != "async") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown mode \"", mode, "\" (known: async)"));
-  }
-  if (optimizer.name() != "sgd" && optimizer.name() != "adam") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown optimizer \"", optimizer.name(), "\" (known: sgd, adam)"));
-  }
-  if (!std::isfinite(optimizer.learning_rate()) || optimizer.learning_rate() <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learning rate ", optimizer.learning_rate(), " must be positive and finite"));
-  }
-  if (batch_size < 1) return absl::InvalidArgumentError("batch size must be at least 1");
-  if (epochs < 1) return absl::InvalidArgumentError("epochs must be at least 1");
-  if (report_every < 1) return absl::InvalidArgumentError("report_every must be at least 1");
-  return absl::OkStatus();
-}
-
-std::string JobResult::ToJson() const {
-  nlohmann::json j = {{"test_accuracy", test_accuracy},
-                      {"examples_per_sec", examples_per_sec},
-                      {"steps", steps},
-                      {"examples", examples},
-                      {"seconds", seconds},
-                      {"final_loss", final_loss},
-                      {"ps", num_ps},
-                      {"workers", num_workers}};
-  return j.dump();
-}
-
 namespace {
 
-// The job after registration: placement, variables, workers, progress, evaluation.
 class Job {
  public:
-  Job(const MasterOptions& options, Coordinator* coordinator, const Dataset* test)
-      : options_(options),
-        config_(options.job),
+  Job(const MasterOptions& options, Coordinator* coordinator, const Dataset* test,
+      VariablePlacer* placer)
+      : config_(options.job),
         coordinator_(coordinator),
         test_(test),
-        model_(Widths()) {
+        placer_(placer),
+        ps_addresses_(options.ps_addresses) {
     for (const std::string& a : options.ps_addresses) {
       ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
     }
@@ -78,18 +36,35 @@ class Job {
   }
 
   absl::StatusOr<JobResult> Run() {
-    if (absl::Status s = CreateVariables(); !s.ok()) return s;
+    if (absl::Status s = ConfigurePs(); !s.ok()) return s;
+    std::vector<Placement> placement;
+    std::unique_ptr<Mlp> model;
+    if (config_.model == "mlp") {
+      model = std::make_unique<Mlp>(Widths());
+      absl::StatusOr<std::vector<Placement>> p = CreateMlpVariables(*model);
+      if (!p.ok()) return p.status();
+      placement = *std::move(p);
+    } else {
+      coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
+    }
+    coordinator_->SetReady();
     const absl::Time start = absl::Now();
-    if (absl::Status s = StartWorkers(); !s.ok()) return s;
+    if (model != nullptr) {
+      if (absl::Status s = StartWorkers(*model, placement); !s.ok()) return s;
+    }
     JobResult result;
+    result.mode = config_.mode;
     if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
     result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
-    absl::StatusOr<double> acc = Evaluate();
-    if (!acc.ok()) return acc.status();
-    result.test_accuracy = *acc;
     result.num_ps = static_cast<int>(ps_.size());
     result.num_workers = static_cast<int>(workers_.size());
+    if (absl::Status s = CollectStats(&result.ps_stats); !s.ok()) return s;
+    if (model != nullptr) {
+      absl::StatusOr<double> acc = Evaluate(*model, placement);
+      if (!acc.ok()) return acc.status();
+      result.test_accuracy = *acc;
+    }
     return result;
   }
 
@@ -99,18 +74,12 @@ class Job {
     ShutdownRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
     req.set_reason(reason);
-    for (auto& stub : ps_) {
-      threads.emplace_back([&req, s = stub.get()] {
-        ShutdownResponse resp;
-        s->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
-      });
-    }
-    for (auto& stub : workers_) {
-      threads.emplace_back([&req, s = stub.get()] {
-        ShutdownResponse resp;
-        s->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
-      });
-    }
+    auto shutdown = [&req](auto* stub) {
+      ShutdownResponse resp;
+      stub->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
+    };
+    for (auto& stub : ps_) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
+    for (auto& stub : workers_) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
     for (auto& t : threads) t.join();
   }
 
@@ -122,51 +91,82 @@ class Job {
     return w;
   }
 
-  int PsOf(size_t param) const { return static_cast<int>(param % ps_.size()); }
-
-  absl::Status CreateVariables() {
-    const std::vector<Tensor> init = model_.Initialize(config_.seed);
-    std::vector<CreateVariablesRequest> reqs(ps_.size());
-    spdlog::info("placement (round-robin over {} ps):", ps_.size());
-    for (size_t i = 0; i < init.size(); ++i) {
-      const ParamSpec& p = model_.params()[i];
-      CreateVariablesRequest& req = reqs[PsOf(i)];
-      VariableDef* def = req.add_variables();
-      def->set_name(p.name);
-      EncodeTensor(init[i], def->mutable_initial_value());
-      *def->mutable_optimizer() = config_.optimizer;
-      spdlog::info("  {:<16} {:<12} -> ps:{}", p.name, ShapeString(p.shape), PsOf(i));
-    }
+  absl::Status ConfigurePs() {
+    ConfigureRequest req;
+    *req.mutable_sender() = MakeSender("chief", 0);
+    ConsistencyConfig* c = req.mutable_consistency();
+    c->set_mode(config_.mode);
+    c->set_num_workers(static_cast<int>(workers_.size()));
+    const int replicas = config_.replicas_to_aggregate > 0 ? config_.replicas_to_aggregate
+                                                           : static_cast<int>(workers_.size());
+    c->set_replicas_to_aggregate(replicas);
+    c->set_staleness(config_.staleness);
+    for (const Sender& w : coordinator_->Workers()) *req.add_workers() = w;
+    req.set_wait_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
     for (size_t t = 0; t < ps_.size(); ++t) {
-      *reqs[t].mutable_sender() = MakeSender("chief", 0);
-      CreateVariablesResponse resp;
-      grpc::Status s =
-          ps_[t]->CreateVariables(ContextWithTimeout(config_.rpc_timeout).get(), reqs[t], &resp);
-      if (!s.ok()) return FromGrpcStatus(s, "CreateVariables", TaskName("ps", t));
+      ConfigureResponse resp;
+      grpc::Status s = ps_[t]->Configure(ContextWithTimeout(config_.rpc_timeout).get(), req, &resp);
+      if (!s.ok()) return FromGrpcStatus(s, "Configure", TaskName("ps", t));
     }
+    spdlog::info("mode {}{}", config_.mode,
+                 config_.mode == "sync"
+                     ? absl::StrCat(": ", replicas, " of ", workers_.size(), " gradients per step")
+                 : config_.mode == "ssp" ? absl::StrCat(": staleness ", config_.staleness)
+                                         : std::string());
     return absl::OkStatus();
   }
 
-  absl::Status StartWorkers() {
+  absl::StatusOr<std::vector<Placement>> CreateMlpVariables(const Mlp& model) {
+    std::vector<Tensor> init = model.Initialize(config_.seed);
+    std::vector<NewVariable> vars;
+    for (size_t i = 0; i < init.size(); ++i) {
+      vars.push_back({model.params()[i].name, std::move(init[i]), config_.optimizer});
+    }
+    return placer_->CreateAll(vars);
+  }
+
+  absl::StatusOr<Placement> Create(const VariableSpec& spec) {
+    Initializer init;
+    const InitializerDef& d = spec.initializer();
+    init.kind = d.kind().empty() ? "zeros" : d.kind();
+    init.value = d.value();
+    init.low = d.low();
+    init.high = d.high();
+    init.mean = d.mean();
+    init.stddev = d.stddev();
+    init.seed = d.seed();
+    absl::StatusOr<Tensor> value =
+        MakeInitialValue(std::vector<int64_t>(spec.shape().begin(), spec.shape().end()), init);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable ", spec.name(), ": ", value.status().message()));
+    }
+    OptimizerConfig opt = spec.has_optimizer() ? spec.optimizer() : config_.optimizer;
+    if (opt.name().empty()) opt = config_.optimizer;
+    return placer_->GetOrCreate({spec.name(), *std::move(value), opt}, spec.partitioner());
+  }
+
+  absl::Status StartWorkers(const Mlp& model, const std::vector<Placement>& placement) {
     TrainingSpec spec;
     spec.set_data_dir(config_.data_dir);
-    for (int w : model_.widths()) spec.add_layers(w);
-    for (size_t i = 0; i < model_.params().size(); ++i) {
-      Placement* p = spec.add_placement();
-      p->set_variable(model_.params()[i].name);
-      p->set_ps_task(PsOf(i));
-    }
+    for (int w : model.widths()) spec.add_layers(w);
+    for (const Placement& p : placement) *spec.add_placement() = p;
     spec.set_num_shards(static_cast<int>(workers_.size()));
     spec.set_batch_size(config_.batch_size);
     spec.set_epochs(config_.epochs);
     spec.set_report_every(config_.report_every);
-    spec.set_rpc_timeout_s(absl::ToDoubleSeconds(config_.rpc_timeout));
+    spec.set_rpc_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
+    spec.set_mode(config_.mode);
+    spec.set_stop_on_nonfinite(config_.stop_on_nonfinite);
     for (size_t t = 0; t < workers_.size(); ++t) {
       StartTrainingRequest req;
       *req.mutable_sender() = MakeSender("chief", 0);
       *req.mutable_spec() = spec;
       req.mutable_spec()->set_shard_index(static_cast<int>(t));
       req.mutable_spec()->set_seed(config_.seed * 1000003 + t);
+      if (static_cast<int>(t) == config_.slow_worker) {
+        req.mutable_spec()->set_step_delay_ms(config_.slow_worker_delay_ms);
+      }
       StartTrainingResponse resp;
       grpc::Status s =
           workers_[t]->StartTraining(ContextWithTimeout(config_.rpc_timeout).get(), req, &resp);
@@ -183,7 +183,9 @@ class Job {
       bool all_done = true;
       int epoch = config_.epochs;
       double loss = 0;
-      result->steps = result->examples = 0;
+      result->steps = result->examples = result->nonfinite_skipped = 0;
+      result->worker_steps.clear();
+      result->worker_stale_steps.clear();
       for (size_t t = 0; t < progress.size(); ++t) {
         const WorkerProgress& p = progress[t];
         if (!p.error.empty()) {
@@ -200,6 +202,9 @@ class Job {
         loss += p.loss / progress.size();
         result->steps += p.steps;
         result->examples += p.examples;
+        result->nonfinite_skipped += p.nonfinite_skipped;
+        result->worker_steps.push_back(p.steps);
+        result->worker_stale_steps.push_back(p.stale_dropped);
       }
       result->final_loss = loss;
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
@@ -215,32 +220,42 @@ class Job {
     }
   }
 
-  absl::StatusOr<double> Evaluate() {
-    const std::vector<ParamSpec>& params = model_.params();
-    std::vector<PullResponse> pulled(ps_.size());
-    std::vector<const float*> values(params.size());
-    for (size_t t = 0; t < ps_.size(); ++t) {
-      PullRequest req;
-      *req.mutable_sender() = MakeSender("chief", 0);
-      for (size_t i = t; i < params.size(); i += ps_.size()) req.add_names(params[i].name);
-      grpc::Status s = ps_[t]->Pull(ContextWithTimeout(config_.rpc_timeout).get(), req, &pulled[t]);
-      if (!s.ok()) return FromGrpcStatus(s, "Pull", TaskName("ps", t));
-      for (int k = 0; k < pulled[t].values_size(); ++k) {
-        const size_t i = t + k * ps_.size();
-        absl::StatusOr<const float*> v =
-            TensorData(pulled[t].values(k).value(), params[i].shape, params[i].name);
-        if (!v.ok()) return v.status();
-        values[i] = *v;
-      }
+  // Every PS's counters: sums, and the largest clock gap.
+  absl::Status CollectStats(StatsResponse* total) {
+    PsClient client(ps_addresses_, {}, MakeSender("chief", 0), config_.rpc_timeout);
+    absl::StatusOr<std::vector<StatsResponse>> stats = client.Stats();
+    if (!stats.ok()) return stats.status();
+    for (const StatsResponse& s : *stats) {
+      total->set_pushes_applied(total->pushes_applied() + s.pushes_applied());
+      total->set_updates_applied(total->updates_applied() + s.updates_applied());
+      total->set_stale_dropped(total->stale_dropped() + s.stale_dropped());
+      total->set_nonfinite_rejected(total->nonfinite_rejected() + s.nonfinite_rejected());
+      total->set_max_clock_gap(std::max(total->max_clock_gap(), s.max_clock_gap()));
+      total->set_pulls_waited(total->pulls_waited() + s.pulls_waited());
     }
-    return model_.Accuracy(values, test_->images, test_->labels.data());
+    return absl::OkStatus();
   }
 
-  const MasterOptions& options_;
+  absl::StatusOr<double> Evaluate(Mlp& model, const std::vector<Placement>& placement) {
+    std::vector<VariableRef> vars;
+    for (size_t i = 0; i < placement.size(); ++i) {
+      VariableRef v{placement[i].variable(), model.params()[i].shape, {}};
+      for (const Shard& s : placement[i].shards()) {
+        v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
+      }
+      vars.push_back(std::move(v));
+    }
+    PsClient client(ps_addresses_, std::move(vars), MakeSender("chief", 0), config_.rpc_timeout);
+    std::vector<const float*> values;
+    if (absl::Status s = client.Pull(&values); !s.ok()) return s;
+    return model.Accuracy(values, test_->images, test_->labels.data());
+  }
+
   const JobConfig& config_;
   Coordinator* const coordinator_;
   const Dataset* const test_;
-  Mlp model_;
+  VariablePlacer* const placer_;
+  const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
 };
@@ -248,21 +263,36 @@ class Job {
 }  // namespace
 
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
-  if (absl::Status s = options.job.Validate(); !s.ok()) return s;
-  absl::StatusOr<Dataset> test = LoadMnist(options.job.data_dir, "t10k");
-  if (!test.ok()) return test.status();
+  const JobConfig& config = options.job;
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  const int num_workers = static_cast<int>(options.worker_addresses.size());
+  if (config.replicas_to_aggregate > num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas_to_aggregate ",
+                                                   config.replicas_to_aggregate, " exceeds the ",
+                                                   num_workers, " workers"));
+  }
+  Dataset test;
+  if (config.model == "mlp") {
+    absl::StatusOr<Dataset> loaded = LoadMnist(config.data_dir, "t10k");
+    if (!loaded.ok()) return loaded.status();
+    test = *std::move(loaded);
+  }
+  absl::StatusOr<std::unique_ptr<VariablePlacer>> placer = VariablePlacer::Create(
+      options.ps_addresses, config.partitioner, config.placement, config.rpc_timeout);
+  if (!placer.ok()) return placer.status();
 
-  Coordinator coordinator(options.ps_addresses.size(), options.worker_addresses.size());
+  Coordinator coordinator(options.ps_addresses.size(), num_workers);
+  coordinator.SetMode(config.mode);
   std::unique_ptr<grpc::Service> service = MakeMasterService(&coordinator);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartGrpcServer(options.listen_address, {service.get()});
   if (!server.ok()) return server.status();
   spdlog::info("chief listening on {}, waiting for {} ps and {} workers", options.listen_address,
-               options.ps_addresses.size(), options.worker_addresses.size());
+               options.ps_addresses.size(), num_workers);
 
-  Job job(options, &coordinator, &*test);
+  Job job(options, &coordinator, &test, placer->get());
   absl::StatusOr<JobResult> result;
-  if (absl::Status s = coordinator.WaitForRegistration(options.job.register_timeout); !s.ok()) {
+  if (absl::Status s = coordinator.WaitForRegistration(config.register_timeout); !s.ok()) {
     result = s;
   } else {
     result = job.Run();

@@ -16,7 +16,17 @@ namespace pstrain {
 struct JobConfig {
   std::string data_dir = "data/mnist";
   std::vector<int> hidden = {256, 128};
-  std::string mode = "async";
+  // "mlp": the built-in MNIST job. "external": workers are client programs (client.h); the chief
+  // creates their variables, runs their barriers and ends the job when all report done.
+  std::string model = "mlp";
+  std::string mode = "async";             // async, sync or ssp
+  int replicas_to_aggregate = 0;          // sync: gradients per step; 0 = every worker
+  int staleness = 0;                      // ssp: clocks a worker may run ahead of the slowest
+  std::string partitioner = "none";       // none, fixed:N, min_bytes:B, max_bytes:B
+  std::string placement = "round_robin";  // round_robin or greedy (by bytes)
+  bool stop_on_nonfinite = false;  // a NaN/Inf gradient stops the job; else skipped and counted
+  int slow_worker = -1;            // for tests: this worker sleeps slow_worker_delay_ms per step
+  int slow_worker_delay_ms = 0;
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
   int batch_size = 64;
   int epochs = 3;
@@ -39,7 +49,8 @@ struct MasterOptions {
 };
 
 struct JobResult {
-  double test_accuracy = 0;
+  std::string mode;
+  double test_accuracy = 0;  // mlp jobs
   double examples_per_sec = 0;
   int64_t steps = 0;  // steps of all workers together
   int64_t examples = 0;
@@ -47,6 +58,10 @@ struct JobResult {
   double final_loss = 0;
   int num_ps = 0;
   int num_workers = 0;
+  std::vector<int64_t> worker_steps;
+  std::vector<int64_t> worker_stale_steps;  // sync: steps whose gradient was dropped as stale
+  int64_t nonfinite_skipped = 0;            // steps whose gradient had NaN/Inf (skip policy)
+  StatsResponse ps_stats;                   // summed over PS tasks (max for max_clock_gap)
   std::string ToJson() const;
 };
 

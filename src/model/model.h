@@ -73,4 +73,23 @@ class Mlp {
   std::vector<Matrix> grads_;  // scratch: gradients w.r.t. activations
 };
 
+// How to fill a new variable, with TensorFlow's semantics (tf.keras.initializers). The fields
+// mirror proto InitializerDef; only those of `kind` are read.
+struct Initializer {
+  std::string kind = "zeros";       // zeros, constant, uniform, normal, truncated_normal,
+                                    // glorot_uniform ("" means zeros, as an unset proto field)
+  double value = 0;                 // constant
+  double low = -0.05, high = 0.05;  // uniform: [low, high)
+  double mean = 0, stddev = 0.05;   // normal, truncated_normal (redrawn beyond 2 stddev)
+  uint64_t seed = 0;
+};
+
+// Values of a variable of `shape` drawn by `init`. Deterministic for a seed on every platform
+// (std::mt19937_64 with uniforms and Box-Muller spelled out). glorot_uniform draws from
+// [-limit, limit), limit = sqrt(6 / (fan_in + fan_out)): fan_in = shape[0] and fan_out =
+// shape[1] for rank 2, both shape[0] for rank 1, both 1 for a scalar, and TensorFlow's
+// receptive-field rule for higher ranks. InvalidArgument for an unknown kind, low >= high,
+// stddev <= 0, a non-finite parameter, a negative dimension or more than 2^31 elements.
+absl::StatusOr<Tensor> MakeInitialValue(const std::vector<int64_t>& shape, const Initializer& init);
+
 }  // namespace pstrain

@@ -34,15 +34,18 @@ absl::Status RegisterWithChief(const ServerOptions& o, const std::string& addres
   });
 }
 
-// Serves `services` until a Shutdown arrives; registers with the chief first.
-absl::Status Serve(const ServerOptions& o, const std::string& address,
-                   const std::vector<grpc::Service*>& services, absl::Notification* shutdown) {
+// Serves `services` until a Shutdown arrives; registers with the chief first. `before_stop`
+// ends calls that would otherwise keep the server from stopping.
+absl::Status Serve(
+    const ServerOptions& o, const std::string& address, const std::vector<grpc::Service*>& services,
+    absl::Notification* shutdown, const std::function<void()>& before_stop = [] {}) {
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartGrpcServer(ListenAddress(address), services);
   if (!server.ok()) return server.status();
   spdlog::info("{} serving on {}", TaskName(o.job, o.task), address);
   absl::Status s = RegisterWithChief(o, address);
   if (s.ok()) shutdown->WaitForNotification();
+  before_stop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return s;
 }
@@ -56,7 +59,7 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address) {
         spdlog::info("ps:{} shutting down: {}", o.task, reason);
         shutdown.Notify();
       });
-  return Serve(o, address, {service.get()}, &shutdown);
+  return Serve(o, address, {service.get()}, &shutdown, [&] { (*ps)->Stop(); });
 }
 
 absl::Status RunWorker(const ServerOptions& o, const std::string& address) {

@@ -1,14 +1,17 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
 #include "common/rpc.h"
 #include "model/model.h"
-#include "worker/ps_client.h"
 
 namespace pstrain {
 
@@ -40,30 +43,76 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& d
   }
   for (int i = 0; i < spec.placement_size(); ++i) {
     const Placement& p = spec.placement(i);
-    if (p.variable() != model.params()[i].name) {
-      return bad("placement[", i, "] is \"", p.variable(), "\", expected \"",
-                 model.params()[i].name, "\"");
+    const ParamSpec& param = model.params()[i];
+    if (p.variable() != param.name) {
+      return bad("placement[", i, "] is \"", p.variable(), "\", expected \"", param.name, "\"");
     }
-    if (p.ps_task() < 0 || p.ps_task() >= num_ps) {
-      return bad("variable ", p.variable(), " is placed on ps:", p.ps_task(), ", but there are ",
-                 num_ps, " ps tasks");
+    const int64_t rows = param.shape.empty() ? 1 : param.shape[0];
+    int64_t next = 0;
+    for (const Shard& shard : p.shards()) {
+      if (shard.ps_task() < 0 || shard.ps_task() >= num_ps) {
+        return bad("shard ", shard.name(), " is placed on ps:", shard.ps_task(), ", but there are ",
+                   num_ps, " ps tasks");
+      }
+      if (shard.row_begin() != next || shard.row_end() <= shard.row_begin()) {
+        return bad("shards of ", p.variable(), " do not cover its rows in order");
+      }
+      next = shard.row_end();
+    }
+    if (next != rows)
+      return bad("shards of ", p.variable(), " cover ", next, " of ", rows, " rows");
+  }
+  if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
+    return bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
+  }
+  if (spec.total_steps() < 0) return bad("total_steps must be non-negative");
+  return absl::OkStatus();
+}
+
+std::vector<VariableRef> VariablesOf(const TrainingSpec& spec, const Mlp& model) {
+  std::vector<VariableRef> vars;
+  for (int i = 0; i < spec.placement_size(); ++i) {
+    VariableRef v{model.params()[i].name, model.params()[i].shape, {}};
+    for (const Shard& s : spec.placement(i).shards()) {
+      v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
+    }
+    vars.push_back(std::move(v));
+  }
+  return vars;
+}
+
+// The first non-finite gradient value, as "variable 'x' has nan at index i", or "".
+std::string NonFinite(const std::vector<Tensor>& grads, const std::vector<VariableRef>& vars) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    for (int64_t j = 0; j < grads[i].size(); ++j) {
+      if (!std::isfinite(grads[i].values[j])) {
+        return absl::StrCat("gradient for variable '", vars[i].name, "' has ", grads[i].values[j],
+                            " at index ", j);
+      }
     }
   }
-  return absl::OkStatus();
+  return "";
 }
 
 void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& options) {
   Mlp model(std::vector<int>(spec.layers().begin(), spec.layers().end()));
-  std::vector<PsClient::Variable> vars;
-  for (int i = 0; i < spec.placement_size(); ++i) {
-    vars.push_back({model.params()[i].name, model.params()[i].shape, spec.placement(i).ps_task()});
-  }
-  PsClient ps(options.ps_addresses, std::move(vars), MakeSender("worker", options.task),
+  const std::vector<VariableRef> vars = VariablesOf(spec, model);
+  PsClient ps(options.ps_addresses, vars, MakeSender("worker", options.task),
               absl::Seconds(spec.rpc_timeout_s()));
+  const bool sync = spec.mode() == "sync";
+  const bool ssp = spec.mode() == "ssp";
 
   const int64_t n = data.size();
   const int64_t begin = n * spec.shard_index() / spec.num_shards();
   const int64_t end = n * (spec.shard_index() + 1) / spec.num_shards();
+  const int64_t steps_per_epoch = (end - begin + spec.batch_size() - 1) / spec.batch_size();
+  // Sync: every worker derives the same number of global steps, one epoch being as many steps as
+  // the largest shard needs.
+  const int64_t largest_shard = (n + spec.num_shards() - 1) / spec.num_shards();
+  const int64_t total_steps =
+      spec.total_steps() > 0
+          ? spec.total_steps()
+          : spec.epochs() * ((largest_shard + spec.batch_size() - 1) / spec.batch_size());
   std::vector<int64_t> order(end - begin);
   std::iota(order.begin(), order.end(), begin);
   std::mt19937_64 rng(spec.seed());
@@ -78,16 +127,26 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
     loss_count = 0;
     return options.report(report);
   };
+  auto fail = [&](const std::string& error) {
+    report.set_error(error);
+    send();
+  };
 
   Matrix x;
   std::vector<int32_t> labels;
   std::vector<const float*> values;
   std::vector<Tensor> grads;
-  for (int epoch = 0; epoch < spec.epochs(); ++epoch) {
-    report.set_epoch(epoch);
+  uint64_t next_step = 0;  // sync: the global step this worker waits for
+  // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
+  // total_steps, since dropped (stale) gradients do not count towards it.
+  bool reached_total = false;
+  for (int pass = 0; !reached_total && (sync || pass < spec.epochs()); ++pass) {
     std::shuffle(order.begin(), order.end(), rng);
-    for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
+    for (size_t at = 0; !reached_total && at < order.size(); at += spec.batch_size()) {
       if (options.stop->load()) return;
+      if (spec.step_delay_ms() > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
+      }
       const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
       x.resize(rows, data.features());
       labels.resize(rows);
@@ -95,22 +154,32 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
         x.row(r) = data.images.row(order[at + r]);
         labels[r] = data.labels[order[at + r]];
       }
-      absl::Status s = ps.Pull(&values);
-      if (s.ok()) {
-        loss_sum += model.ForwardBackward(values, x, labels.data(), &grads);
-        ++loss_count;
-        s = ps.Push(grads);
+      absl::Status s = ps.Pull(&values, sync ? next_step : 0, ssp ? report.steps() : 0);
+      if (!s.ok()) return fail(std::string(s.message()));
+      const uint64_t step = ps.min_version_read();
+      if (sync && static_cast<int64_t>(step) >= total_steps) {
+        reached_total = true;
+        break;
       }
-      if (!s.ok()) {
-        report.set_error(std::string(s.message()));
-        send();
-        return;
+      report.set_epoch(sync ? static_cast<int>(step / steps_per_epoch) : pass);
+      loss_sum += model.ForwardBackward(values, x, labels.data(), &grads);
+      ++loss_count;
+      if (std::string bad = NonFinite(grads, vars); !bad.empty()) {
+        if (spec.stop_on_nonfinite()) return fail(absl::StrCat("step ", report.steps(), ": ", bad));
+        report.set_nonfinite_skipped(report.nonfinite_skipped() + 1);
+      } else {
+        int dropped = 0;
+        s = ps.Push(grads, &dropped);
+        if (!s.ok()) return fail(std::string(s.message()));
+        if (dropped > 0) report.set_stale_dropped(report.stale_dropped() + 1);
       }
+      next_step = step + 1;
       report.set_steps(report.steps() + 1);
       report.set_examples(report.examples() + rows);
       if (report.steps() % spec.report_every() == 0 && !send()) return;
     }
   }
+  if (absl::Status s = ps.Leave(); !s.ok()) return fail(std::string(s.message()));
   report.set_done(true);
   send();
 }

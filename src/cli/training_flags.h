@@ -1,0 +1,32 @@
+// The training flags of `pstrain server` (chief) and `pstrain launch`, parsed into a JobConfig.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "master/master.h"
+
+namespace pstrain {
+
+class TrainingFlags {
+ public:
+  // Adds every training flag to `app`.
+  void AddTo(CLI::App* app);
+  // The parsed flags as a job configuration, validated.
+  absl::StatusOr<JobConfig> ToConfig() const;
+
+ private:
+  JobConfig config_;
+  std::string optimizer_ = "adam";
+  double lr_ = 0.001;
+  std::optional<double> beta1_, beta2_, epsilon_, rho_, lr_power_;
+  double momentum_ = 0, initial_accumulator_ = 0, l1_ = 0, l2_ = 0, clip_norm_ = 0;
+  bool nesterov_ = false;
+  std::string schedule_ = "constant";
+  int64_t step_size_ = 0, warmup_steps_ = 0, total_steps_ = 0;
+  double decay_rate_ = 0, min_lr_ = 0;
+  std::string nonfinite_ = "skip";
+};
+
+}  // namespace pstrain
