@@ -14,32 +14,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using namespace pstrain::testing;
 
-class BadInputTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = TempDir();
-    tag_ = std::to_string(getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  }
-  void TearDown() override {
-    EXPECT_THAT(ProcessesTagged("PSTRAIN_TEST_TAG=" + tag_), IsEmpty());
-    std::filesystem::remove_all(dir_);
-  }
-  // A cluster file with one chief, one ps and one worker on the given ports.
-  std::string ClusterFile(int chief, int ps, int worker) {
-    const std::string path = dir_ + "/cluster.json";
-    std::ofstream(path) << "{\"cluster\": {\"chief\": [\"127.0.0.1:" << chief
-                        << "\"], \"ps\": [\"127.0.0.1:" << ps
-                        << "\"], \"worker\": [\"127.0.0.1:" << worker << "\"]}}";
-    return path;
-  }
-  Result RunTagged(const std::vector<std::string>& argv,
-                   std::map<std::string, std::string> env = {}, double timeout_s = 60) {
-    env["PSTRAIN_TEST_TAG"] = tag_;
-    return testing::Run(argv, env, timeout_s);
-  }
-  std::string dir_, tag_;
-};
+class BadInputTest : public ProcessTest {};
 
 TEST_F(BadInputTest, MalformedTfConfig) {
   Result r = RunTagged({PSTRAIN_BINARY, "server"}, {{"TF_CONFIG", "{\"cluster\": "}});

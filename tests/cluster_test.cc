@@ -13,19 +13,12 @@ namespace {
 using ::testing::HasSubstr;
 using namespace pstrain::testing;
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ProcessTest {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(MnistDir() + "/train-images-idx3-ubyte")) {
-      GTEST_FAIL() << "MNIST is missing under " << MnistDir() << ": run scripts/setup.sh";
-    }
-    tag_ = "PSTRAIN_TEST_TAG=" + std::to_string(getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ProcessTest::SetUp();
+    RequireMnist();
   }
-  std::map<std::string, std::string> Env() const {
-    return {{tag_.substr(0, tag_.find('=')), tag_.substr(tag_.find('=') + 1)}};
-  }
-  std::string tag_;
 };
 
 // `pstrain launch` runs chief + 2 PS + 2 workers, trains one epoch, prints the result JSON and
@@ -46,7 +39,6 @@ TEST_F(ClusterTest, LaunchTrainsMnistAndCleansUp) {
   EXPECT_EQ(j["steps"], 2 * ((30000 + 63) / 64));
   EXPECT_GT(j["examples_per_sec"].get<double>(), 0);
   EXPECT_THAT(r.err, HasSubstr("epoch 1/1"));
-  EXPECT_THAT(ProcessesTagged(tag_), ::testing::IsEmpty());
 }
 
 // Every task started by hand with TF_CONFIG, as a Kubernetes operator would; the chief ends the
@@ -78,7 +70,6 @@ TEST_F(ClusterTest, TfConfigProcessesTrainAndExit) {
     Result r = Wait(p, 30);
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
-  EXPECT_THAT(ProcessesTagged(tag_), ::testing::IsEmpty());
 }
 
 }  // namespace

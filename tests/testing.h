@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
 namespace pstrain::testing {
 
 struct Proc {
@@ -157,5 +160,60 @@ inline std::string LastJsonLine(const std::string& out) {
   }
   return last;
 }
+
+// Base of tests that start pstrain processes. Every process a test starts through it carries a
+// tag in its environment; TearDown fails the test if any tagged process is still running.
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    tag_ = std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  void TearDown() override {
+    // A process killed with its parent (PR_SET_PDEATHSIG) may take a moment to go.
+    for (int i = 0; i < 100 && !ProcessesTagged(Tag()).empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_THAT(ProcessesTagged(Tag()), ::testing::IsEmpty()) << "processes left running";
+    for (pid_t pid : ProcessesTagged(Tag())) kill(pid, SIGKILL);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Tag() const { return "PSTRAIN_TEST_TAG=" + tag_; }
+  std::map<std::string, std::string> Env(std::map<std::string, std::string> env = {}) const {
+    env["PSTRAIN_TEST_TAG"] = tag_;
+    return env;
+  }
+  Proc StartTagged(const std::vector<std::string>& argv,
+                   const std::map<std::string, std::string>& env = {}) {
+    return Start(argv, Env(env));
+  }
+  Result RunTagged(const std::vector<std::string>& argv,
+                   const std::map<std::string, std::string>& env = {}, double timeout_s = 120) {
+    return pstrain::testing::Run(argv, Env(env), timeout_s);
+  }
+  // A cluster file with one chief, one ps and one worker on 127.0.0.1 at the given ports.
+  std::string ClusterFile(int chief, int ps, int worker) {
+    const std::string path = dir_ + "/cluster.json";
+    std::ofstream(path) << "{\"cluster\": {\"chief\": [\"127.0.0.1:" << chief
+                        << "\"], \"ps\": [\"127.0.0.1:" << ps
+                        << "\"], \"worker\": [\"127.0.0.1:" << worker << "\"]}}";
+    return path;
+  }
+  // Fails the test unless the real MNIST files are where setup puts them.
+  static void RequireMnist() {
+    if (!std::filesystem::exists(MnistDir() + "/train-images-idx3-ubyte")) {
+      GTEST_FAIL() << "MNIST is missing under " << MnistDir() << ": run scripts/setup.sh";
+    }
+  }
+  // Waits up to 30 s until the file at `path` contains `text`.
+  static void WaitForText(const std::string& path, const std::string& text) {
+    for (int i = 0; i < 600 && ReadFile(path).find(text) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  std::string dir_, tag_;
+};
 
 }  // namespace pstrain::testing

@@ -21,9 +21,10 @@ std::string ListenAddress(const std::string& address) {
   return "0.0.0.0" + address.substr(address.rfind(':'));
 }
 
-absl::Status RegisterWithChief(const ServerOptions& o, const std::string& address) {
+absl::Status RegisterWithChief(const ServerOptions& o, const std::string& address,
+                               const std::shared_ptr<grpc::Channel>& channel) {
   const std::string chief = o.cluster.Tasks("chief")[0];
-  auto stub = MasterService::NewStub(MakeChannel(chief));
+  auto stub = MasterService::NewStub(channel);
   RegisterRequest req;
   *req.mutable_sender() = MakeSender(o.job, o.task);
   req.set_address(address);
@@ -43,8 +44,22 @@ absl::Status Serve(
       StartGrpcServer(ListenAddress(address), services);
   if (!server.ok()) return server.status();
   spdlog::info("{} serving on {}", TaskName(o.job, o.task), address);
-  absl::Status s = RegisterWithChief(o, address);
-  if (s.ok()) shutdown->WaitForNotification();
+  const std::string chief = o.cluster.Tasks("chief")[0];
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(chief);
+  absl::Status s = RegisterWithChief(o, address, channel);
+  // Until the chief ends the job, watch its connection: a chief gone for longer than the connect
+  // timeout has ended the job without saying so, and this task must not run on forever.
+  const absl::Duration grace = absl::Seconds(o.connect_timeout_s);
+  absl::Time last_seen = absl::Now();
+  while (s.ok() && !shutdown->WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) {
+      last_seen = absl::Now();
+    } else if (absl::Now() - last_seen > grace) {
+      s = absl::UnavailableError(absl::StrCat("lost the chief at ", chief, " for ",
+                                              absl::FormatDuration(grace), ": stopping"));
+    }
+  }
   before_stop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return s;
