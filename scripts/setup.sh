@@ -8,7 +8,7 @@ PACKAGES=(build-essential cmake pkg-config
           libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
           libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
           libgtest-dev libgmock-dev libbenchmark-dev
-          dataset-fashion-mnist npm)
+          dataset-fashion-mnist npm python3-torch)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -6,9 +6,10 @@
 // may create the same ones: creation is get-or-create), then loops Pull -> compute gradients ->
 // Push, and finally calls Done():
 //
-//   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect({.chief = ..., .ps = ..., .task =
-//   i}); int w = *(*c)->CreateVariable({.name = "w", .shape = {10, 1}, ...}); std::vector<const
-//   float*> values; for (...) { (*c)->Pull(&values); ...; (*c)->Push(grads); }
+//   auto c = Client::Connect({.chief = "h:p", .ps = {...}, .task = i});
+//   int w = *(*c)->CreateVariable({.name = "w", .shape = {10, 1}});
+//   std::vector<const float*> values;
+//   for (...) { (*c)->Pull(&values); ...compute grads...; (*c)->Push(grads); }
 //   (*c)->Done();
 //
 // Threads: a Client is used by one thread at a time (it keeps per-call buffers); several
