@@ -1,6 +1,6 @@
 // Optimizers on the parameter server against arithmetic written out in double: SGD, momentum,
 // Adagrad, Adam, RMSprop and FTRL updates, learning-rate schedules, gradient clipping, slots, and
-// the factory's validation of optimizer configs. (ps_torch_optim_test compares with torch.optim.)
+// slots. (ps_optimizer_config_test checks validation; ps_torch_optim_test compares with torch.)
 
 #include <cmath>
 #include <limits>
@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "optimizer_testing.h"
 #include "ps/optimizer.h"
 
 namespace pstrain {
@@ -20,43 +21,12 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr double kTol = 1e-6;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-
-OptimizerConfig Config(const std::string& name, double lr) {
-  OptimizerConfig c;
-  c.set_name(name);
-  c.set_learning_rate(lr);
-  return c;
-}
-
-OptimizerConfig Adam(double lr, double beta1, double beta2, double eps) {
-  OptimizerConfig c = Config("adam", lr);
-  c.set_beta1(beta1);
-  c.set_beta2(beta2);
-  c.set_epsilon(eps);
-  return c;
-}
-
-std::unique_ptr<Optimizer> MustCreate(const OptimizerConfig& config, int64_t n) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(config, n);
-  EXPECT_TRUE(opt.ok()) << opt.status();
-  return opt.ok() ? *std::move(opt) : nullptr;
-}
-
 // Applies `grads` in turn at steps 0, 1, ...
 void ApplyAll(Optimizer& opt, std::vector<float>& w, const std::vector<std::vector<float>>& grads) {
   int64_t step = 0;
   for (const std::vector<float>& g : grads) {
     opt.Apply(w.data(), g.data(), static_cast<int64_t>(w.size()), step++);
   }
-}
-
-std::map<std::string, std::vector<float>> SlotValues(const Optimizer& opt, int64_t n) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, values] : opt.slots()) out[name].assign(values, values + n);
-  return out;
 }
 
 TEST(SgdOptimizerTest, ThreeStepsMatchHandArithmetic) {
@@ -359,18 +329,6 @@ TEST(FtrlOptimizerTest, SlotsStartAtDefaultAccumulatorAndZeroLinear) {
   EXPECT_EQ(slots.size(), 2u);
 }
 
-OptimizerConfig WithSchedule(OptimizerConfig c, const std::string& kind, int64_t step_size,
-                             double decay_rate, int64_t warmup, int64_t total, double min_lr) {
-  LearningRateSchedule* s = c.mutable_schedule();
-  s->set_kind(kind);
-  s->set_step_size(step_size);
-  s->set_decay_rate(decay_rate);
-  s->set_warmup_steps(warmup);
-  s->set_total_steps(total);
-  s->set_min_lr(min_lr);
-  return c;
-}
-
 TEST(LearningRateScheduleTest, ConstantIgnoresStep) {
   for (const char* kind : {"", "constant"}) {
     const OptimizerConfig c = WithSchedule(Config("sgd", 0.3), kind, 0, 0, 0, 0, 0);
@@ -470,151 +428,6 @@ TEST(GradientClippingTest, ClipsBeforeTheOptimizerSeesTheGradient) {
   EXPECT_NEAR(slots["exp_avg"][0], 0.1 * 0.3, kTol);
   EXPECT_NEAR(slots["exp_avg"][1], 0.1 * 0.4, kTol);
   EXPECT_NEAR(slots["exp_avg_sq"][1], 0.001 * 0.4 * 0.4, kTol);
-}
-
-void ExpectRejected(const OptimizerConfig& config, const std::string& message) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(config, 4);
-  ASSERT_FALSE(opt.ok()) << config.DebugString();
-  EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(opt.status().message(), HasSubstr(message)) << config.DebugString();
-  EXPECT_EQ(ValidateOptimizerConfig(config), opt.status());
-}
-
-TEST(CreateOptimizerTest, RejectsUnknownName) {
-  const std::string known = "(known: sgd, momentum, adagrad, adam, rmsprop, ftrl)";
-  ExpectRejected(Config("foo", 0.1), "unknown optimizer 'foo' " + known);
-  ExpectRejected(Config("", 0.1), "unknown optimizer '' " + known);
-  ExpectRejected(Config("SGD", 0.1), "unknown optimizer 'SGD'");
-}
-
-TEST(CreateOptimizerTest, RejectsBadLearningRate) {
-  for (const char* name : {"sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl"}) {
-    for (double lr : {0.0, -0.1, kInf, -kInf, kNan}) {
-      ExpectRejected(Config(name, lr), "must be positive and finite");
-    }
-  }
-  ExpectRejected(Config("sgd", -1), "learning rate -1 must be positive and finite");
-}
-
-TEST(CreateOptimizerTest, RejectsBetaAndRhoOutsideHalfOpenUnitInterval) {
-  for (double x : {1.0, 1.5, -0.1, kNan}) {
-    ExpectRejected(Adam(0.1, x, 0.999, 1e-8), "beta1 ");
-    ExpectRejected(Adam(0.1, 0.9, x, 1e-8), "beta2 ");
-    OptimizerConfig c = Config("rmsprop", 0.1);
-    c.set_rho(x);
-    ExpectRejected(c, "rho ");
-  }
-  ExpectRejected(Adam(0.1, 1.0, 0.999, 1e-8), "beta1 1 must be in [0, 1)");
-  OptimizerConfig c = Config("rmsprop", 0.1);
-  c.set_rho(-0.5);
-  ExpectRejected(c, "rho -0.5 must be in [0, 1)");
-}
-
-TEST(CreateOptimizerTest, RejectsNegativeOrNonFiniteEpsilon) {
-  ExpectRejected(Adam(0.1, 0.9, 0.999, -0.001), "epsilon -0.001 must be non-negative and finite");
-  ExpectRejected(Adam(0.1, 0.9, 0.999, kInf), "epsilon inf must be non-negative and finite");
-  OptimizerConfig c = Config("adagrad", 0.1);
-  c.set_epsilon(kNan);
-  ExpectRejected(c, "epsilon nan must be non-negative and finite");
-}
-
-TEST(CreateOptimizerTest, RejectsBadMomentumAndNesterov) {
-  for (const char* name : {"momentum", "rmsprop"}) {
-    OptimizerConfig c = Config(name, 0.1);
-    c.set_momentum(1.0);
-    ExpectRejected(c, "momentum 1 must be in [0, 1)");
-    c.set_momentum(-0.5);
-    ExpectRejected(c, "momentum -0.5 must be in [0, 1)");
-  }
-  OptimizerConfig c = Config("momentum", 0.1);
-  c.set_nesterov(true);
-  ExpectRejected(c, "nesterov requires momentum > 0");
-}
-
-TEST(CreateOptimizerTest, RejectsBadFtrlParameters) {
-  OptimizerConfig c = Config("ftrl", 0.1);
-  c.set_l1(-1);
-  ExpectRejected(c, "l1 -1 must be non-negative and finite");
-  c = Config("ftrl", 0.1);
-  c.set_l2(kInf);
-  ExpectRejected(c, "l2 inf must be non-negative and finite");
-  c = Config("ftrl", 0.1);
-  c.set_learning_rate_power(0.5);
-  ExpectRejected(c, "learning_rate_power 0.5 must be non-positive and finite");
-  c.set_learning_rate_power(-kInf);
-  ExpectRejected(c, "learning_rate_power -inf");
-  for (const char* name : {"ftrl", "adagrad"}) {
-    c = Config(name, 0.1);
-    c.set_initial_accumulator_value(-0.1);
-    ExpectRejected(c, "initial_accumulator_value -0.1 must be non-negative and finite");
-  }
-}
-
-TEST(CreateOptimizerTest, RejectsBadClipNorm) {
-  OptimizerConfig c = Config("sgd", 0.1);
-  c.set_clip_norm(-1);
-  ExpectRejected(c, "clip_norm -1 must be non-negative and finite");
-  c.set_clip_norm(kNan);
-  ExpectRejected(c, "clip_norm nan");
-}
-
-TEST(CreateOptimizerTest, RejectsBadSchedules) {
-  const OptimizerConfig sgd = Config("sgd", 0.1);
-  ExpectRejected(WithSchedule(sgd, "linear", 0, 0, 0, 0, 0),
-                 "unknown learning-rate schedule 'linear' (known: constant, step, cosine)");
-  ExpectRejected(WithSchedule(sgd, "step", 0, 0.5, 0, 0, 0), "step_size 0 must be positive");
-  ExpectRejected(WithSchedule(sgd, "step", 10, 0, 0, 0, 0), "decay_rate 0 must be in (0, 1]");
-  ExpectRejected(WithSchedule(sgd, "step", 10, 1.5, 0, 0, 0), "decay_rate 1.5 must be in (0, 1]");
-  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 5, 5, 0),
-                 "total_steps 5 must exceed warmup_steps 5");
-  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 0, 0),
-                 "total_steps 0 must exceed warmup_steps 0");
-  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, -1, 5, 0), "warmup_steps -1 must be");
-  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, 0.2),
-                 "min_lr 0.2 must be in [0, learning rate 0.1]");
-  ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, -0.01), "min_lr -0.01");
-}
-
-TEST(CreateOptimizerTest, RejectsNegativeNumElements) {
-  EXPECT_EQ(CreateOptimizer(Config("sgd", 0.1), -1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-TEST(CreateOptimizerTest, AcceptsValidConfigs) {
-  EXPECT_TRUE(CreateOptimizer(Config("sgd", 1.0), 10).ok());
-  EXPECT_TRUE(CreateOptimizer(Config("adam", 1e-3), 10).ok());
-  EXPECT_TRUE(CreateOptimizer(Adam(1e-3, 0.5, 0.25, 1e-3), 0).ok());
-  EXPECT_TRUE(CreateOptimizer(Adam(1e-3, 0.0, 0.0, 0.0), 3).ok());
-  OptimizerConfig c = Config("momentum", 0.1);
-  c.set_momentum(0.9);
-  c.set_nesterov(true);
-  c.set_clip_norm(2.0);
-  EXPECT_TRUE(CreateOptimizer(WithSchedule(c, "step", 1, 1.0, 0, 0, 0), 5).ok());
-  c = Config("ftrl", 0.1);
-  c.set_l1(0.0);
-  c.set_learning_rate_power(0.0);
-  EXPECT_TRUE(CreateOptimizer(WithSchedule(c, "cosine", 0, 0, 0, 1, 0.1), 5).ok());
-}
-
-TEST(CreateOptimizerTest, SlotsAreNamedAsInTorchAndSized) {
-  const std::map<std::string, std::vector<std::string>> want = {
-      {"sgd", {}},
-      {"adagrad", {"sum"}},
-      {"adam", {"exp_avg", "exp_avg_sq"}},
-      {"rmsprop", {"square_avg"}},
-      {"ftrl", {"accumulator", "linear"}}};
-  for (const auto& [name, slots] : want) {
-    std::unique_ptr<Optimizer> opt = MustCreate(Config(name, 0.1), 3);
-    ASSERT_NE(opt, nullptr);
-    EXPECT_EQ(opt->name(), name);
-    std::vector<std::string> got;
-    for (const auto& [slot, values] : opt->slots()) got.push_back(slot);
-    EXPECT_EQ(got, slots) << name;
-  }
-  OptimizerConfig c = Config("rmsprop", 0.1);
-  c.set_momentum(0.5);
-  std::map<std::string, std::vector<float>> slots = SlotValues(*MustCreate(c, 3), 3);
-  EXPECT_THAT(slots["momentum_buffer"], ElementsAre(0, 0, 0));
 }
 
 }  // namespace
