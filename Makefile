@@ -1,10 +1,11 @@
 # make        set up (packages, data) and build
 # make demo   ... and run the main job: a local cluster training an MNIST MLP
 # make test   ... and run every test through ctest
+# make bench  ... and run the benchmarks (medians and ratios to their baselines)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test clean
+.PHONY: all setup build demo test bench clean
 
 all: build
 
@@ -21,6 +22,9 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+bench: build
+	bash bench/run.sh $(BUILD)/bench/ps_bench
 
 clean:
 	rm -rf $(BUILD)

@@ -139,7 +139,8 @@ absl::Status Client::Pull(std::vector<const float*>* values) {
     return absl::FailedPreconditionError("Pull before any CreateVariable: nothing to pull");
   }
   const bool sync = mode_ == "sync";
-  absl::Status s = ps_->Pull(values, sync ? next_min_version_ : 0, mode_ == "ssp" ? pushes_ : 0);
+  absl::Status s =
+      ps_->Pull(values, sync ? next_min_version_ : 0, mode_ == "ssp" ? pushes_ : 0, sync);
   if (!s.ok()) return s;
   pulled_ = true;
   global_step_ = static_cast<int64_t>(ps_->min_version_read());

@@ -90,8 +90,17 @@ absl::Status PsClient::FanOut(const char* what, std::vector<Req>& reqs, std::vec
   return state->first_error;
 }
 
-absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_version,
-                            int64_t clock) {
+absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_version, int64_t clock,
+                            bool same_step) {
+  while (true) {
+    absl::Status s = PullOnce(values, min_version, clock);
+    if (!s.ok() || !same_step || min_version_read() == max_version_read()) return s;
+    min_version = max_version_read();
+  }
+}
+
+absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_version,
+                                int64_t clock) {
   for (PullRequest& r : pull_reqs_) {
     r.set_min_version(min_version);
     r.set_clock(clock);
@@ -169,6 +178,14 @@ uint64_t PsClient::min_version_read() const {
     for (uint64_t x : shards) v = std::min(v, x);
   }
   return v == UINT64_MAX ? 0 : v;
+}
+
+uint64_t PsClient::max_version_read() const {
+  uint64_t v = 0;
+  for (const auto& shards : versions_) {
+    for (uint64_t x : shards) v = std::max(v, x);
+  }
+  return v;
 }
 
 absl::Status PsClient::Leave() {

@@ -35,13 +35,19 @@ class PsClient {
 
   // Pulls every variable. On success (*values)[i] points at variable i's floats, valid until the
   // next Pull; the versions read are remembered for the next Push. `min_version` (sync) and
-  // `clock` (ssp) are passed to every PS, which may make the pull wait.
-  absl::Status Pull(std::vector<const float*>* values, uint64_t min_version = 0, int64_t clock = 0);
+  // `clock` (ssp) are passed to every PS, which may make the pull wait. With `same_step` (sync)
+  // the pull is repeated until every shard was read at one version, so the gradients pushed next
+  // all belong to that step; each PS answers only at one step, so this repeats only while the
+  // last pushes of a step are still being applied on some PS.
+  absl::Status Pull(std::vector<const float*>* values, uint64_t min_version = 0, int64_t clock = 0,
+                    bool same_step = false);
   // Pushes grads[i] for variable i (split into its shards), each shard tagged with the version
   // its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as stale.
   absl::Status Push(const std::vector<Tensor>& grads, int* stale_dropped = nullptr);
-  // Smallest version over the shards of the last Pull: the global step in sync mode.
+  // Smallest and largest version over the shards of the last Pull; in sync mode both are the
+  // global step.
   uint64_t min_version_read() const;
+  uint64_t max_version_read() const;
   // Tells every PS this worker is done.
   absl::Status Leave();
   // Counters of every PS task, by task.
@@ -54,6 +60,7 @@ class PsClient {
     size_t var;
     size_t shard;
   };
+  absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
   template <typename Req, typename Resp, typename Call>
   absl::Status FanOut(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
                       bool all_ps, Call call);

@@ -210,9 +210,10 @@ class Job {
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
         const double secs = std::max(absl::ToDoubleSeconds(now - start), 1e-9);
         // One line per update; the launcher shows these in place.
-        std::fprintf(stderr, "progress epoch %d/%d step %lld loss %.4f examples/s %.0f\n", epoch,
-                     config_.epochs, static_cast<long long>(result->steps), loss,
-                     result->examples / secs);
+        const std::string where =
+            config_.model == "mlp" ? absl::StrCat("epoch ", epoch, "/", config_.epochs, " ") : "";
+        std::fprintf(stderr, "progress %sstep %lld loss %.4f examples/s %.0f\n", where.c_str(),
+                     static_cast<long long>(result->steps), loss, result->examples / secs);
         std::fflush(stderr);
         last_line = now;
       }

@@ -66,9 +66,13 @@ struct JobResult {
 };
 
 // Runs the whole job from the chief: starts MasterService, waits for every PS and worker to
-// register, creates and places the variables, starts the workers, logs progress to stderr,
-// evaluates the final parameters on the test set, and finally tells every task to shut down
-// (also on failure, so nothing is left waiting). Errors name the task or file at fault.
+// register, configures the PS with the job's consistency mode and its workers, then
+//  - model "mlp": creates, partitions and places the MLP's variables, starts the workers on their
+//    data shards, and evaluates the final parameters on the test set;
+//  - model "external": serves CreateVariable and Barrier to client programs;
+// logs progress to stderr until every worker reported done, collects the PS counters, and finally
+// tells every task to shut down (also on failure, so nothing is left waiting). Errors name the
+// task or file at fault.
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options);
 
 }  // namespace pstrain

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -200,13 +201,17 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
   const Sender sender = req.sender();
   const std::vector<std::string> names(req.names().begin(), req.names().end());
   Consistency::Wait wait;
-  // Called under the consistency lock; takes variable locks after it, in that order.
+  // Called under the consistency lock; takes variable locks after it, in that order. Sync: every
+  // variable at min_version or later, and all at the same step, so the worker's gradients are for
+  // one step. (They differ only while the last pushes of a step are still being applied.)
   wait.ready = [this, vars, mode, min_version, clock]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (mode == Mode::kSsp) return consistency_.ClockAllows(clock);
     if (mode != Mode::kSync) return true;
+    std::optional<uint64_t> step;
     for (Variable* v : *vars) {
       absl::ReaderMutexLock lock(&v->mu);
-      if (v->version < min_version) return false;
+      if (v->version < min_version || (step && *step != v->version)) return false;
+      step = v->version;
     }
     return true;
   };
@@ -220,7 +225,8 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
                             (*vars)[i]->version, " on ", Where());
       }
     }
-    return "a step that arrived late";
+    return absl::StrCat("step ", min_version, ": the variables on ", Where(),
+                        " to reach the same step");
   };
   wait.serve = [vars, names, resp, done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s);

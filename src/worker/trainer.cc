@@ -144,9 +144,6 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t at = 0; !reached_total && at < order.size(); at += spec.batch_size()) {
       if (options.stop->load()) return;
-      if (spec.step_delay_ms() > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
-      }
       const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
       x.resize(rows, data.features());
       labels.resize(rows);
@@ -154,7 +151,7 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
         x.row(r) = data.images.row(order[at + r]);
         labels[r] = data.labels[order[at + r]];
       }
-      absl::Status s = ps.Pull(&values, sync ? next_step : 0, ssp ? report.steps() : 0);
+      absl::Status s = ps.Pull(&values, sync ? next_step : 0, ssp ? report.steps() : 0, sync);
       if (!s.ok()) return fail(std::string(s.message()));
       const uint64_t step = ps.min_version_read();
       if (sync && static_cast<int64_t>(step) >= total_steps) {
@@ -162,6 +159,9 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
         break;
       }
       report.set_epoch(sync ? static_cast<int>(step / steps_per_epoch) : pass);
+      if (spec.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
+        std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
+      }
       loss_sum += model.ForwardBackward(values, x, labels.data(), &grads);
       ++loss_count;
       if (std::string bad = NonFinite(grads, vars); !bad.empty()) {
