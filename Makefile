@@ -18,7 +18,7 @@ build: setup
 
 demo: build
 	$(BUILD)/pstrain launch --ps 2 --workers 2 --hidden 256,128 --optimizer adam --lr 0.001 \
-	  --batch 64 --epochs 3 --mode async --data data/mnist
+	  --lr_schedule cosine --batch 64 --epochs 3 --mode async --data data/mnist
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)

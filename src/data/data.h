@@ -35,4 +35,7 @@ struct Dataset {
 // labels are in [0, 10). NotFound names the files looked for when neither form exists.
 absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& split);
 
+// The number of examples of split `split` in `dir`, from its label file alone.
+absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split);
+
 }  // namespace pstrain

@@ -75,4 +75,16 @@ absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& spl
   return ds;
 }
 
+absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split) {
+  absl::StatusOr<std::string> path = FindFile(dir, split + "-labels-idx1-ubyte", split + " labels");
+  if (!path.ok()) return path.status();
+  absl::StatusOr<IdxArray> labels = ReadIdx(*path);
+  if (!labels.ok()) return labels.status();
+  if (labels->dims.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(*path, ": labels must have 1 dimension, got ", DimsString(labels->dims)));
+  }
+  return labels->dims[0];
+}
+
 }  // namespace pstrain

@@ -40,6 +40,7 @@ class Job {
     std::vector<Placement> placement;
     std::unique_ptr<Mlp> model;
     if (config_.model == "mlp") {
+      if (absl::Status s = FillScheduleLength(); !s.ok()) return s;
       model = std::make_unique<Mlp>(Widths());
       absl::StatusOr<std::vector<Placement>> p = CreateMlpVariables(*model);
       if (!p.ok()) return p.status();
@@ -113,6 +114,29 @@ class Job {
                      ? absl::StrCat(": ", replicas, " of ", workers_.size(), " gradients per step")
                  : config_.mode == "ssp" ? absl::StrCat(": staleness ", config_.staleness)
                                          : std::string());
+    return absl::OkStatus();
+  }
+
+  // A cosine schedule without --lr_total_steps ends with the job: at its number of global steps
+  // (variable updates), which follows from the size of the training set.
+  absl::Status FillScheduleLength() {
+    LearningRateSchedule* s = config_.optimizer.mutable_schedule();
+    if (s->kind() != "cosine" || s->total_steps() > 0) return absl::OkStatus();
+    absl::StatusOr<int64_t> n = CountMnist(config_.data_dir, "train");
+    if (!n.ok()) return n.status();
+    const int64_t workers = static_cast<int64_t>(workers_.size());
+    const int64_t b = config_.batch_size;
+    int64_t steps = 0;
+    if (config_.mode == "sync") {  // as the workers count them: the largest shard's steps
+      steps = config_.epochs * (((*n + workers - 1) / workers + b - 1) / b);
+    } else {  // every push of every worker is an update
+      for (int64_t w = 0; w < workers; ++w) {
+        const int64_t shard = *n * (w + 1) / workers - *n * w / workers;
+        steps += config_.epochs * ((shard + b - 1) / b);
+      }
+    }
+    s->set_total_steps(steps);
+    spdlog::info("cosine learning-rate schedule over {} global steps", steps);
     return absl::OkStatus();
   }
 
@@ -252,7 +276,7 @@ class Job {
     return model.Accuracy(values, test_->images, test_->labels.data());
   }
 
-  const JobConfig& config_;
+  JobConfig config_;  // a copy: Run fills in what the flags left to the job
   Coordinator* const coordinator_;
   const Dataset* const test_;
   VariablePlacer* const placer_;
