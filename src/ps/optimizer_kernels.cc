@@ -94,30 +94,36 @@ void RmsPropKernel(float* __restrict w, const float* __restrict g, float* __rest
   }
 }
 
-// n^(-p), exact sqrt for the common p = -0.5.
-inline double PowNeg(double n, double p) { return p == -0.5 ? std::sqrt(n) : std::pow(n, -p); }
-
 // FTRL-Proximal per element, in double from the float slots. The new n and z are rounded to
 // float before they are used, so the weight is a function of the stored state and the next
-// update's n^(-p) equals this one's.
-void FtrlKernel(float* __restrict w, const float* __restrict g, float* __restrict acc,
-                float* __restrict z, int64_t n, float gs, double lr, double l1, double l2,
-                double p) {
+// update's n^(-p) equals this one's. kSqrt: p = -0.5, where n^(-p) is an exact sqrt; with the
+// branch out of the loop and the l1 test as a select, that loop vectorises.
+template <bool kSqrt>
+void FtrlLoop(float* __restrict w, const float* __restrict g, float* __restrict acc,
+              float* __restrict z, int64_t n, float gs, double lr, double l1, double l2, double p) {
+  const double inv_lr = 1.0 / lr;
   for (int64_t i = 0; i < n; ++i) {
     const double gi = g[i] * gs;
     const double n_old = acc[i];
     const float n_new = static_cast<float>(n_old + gi * gi);
-    const double pow_new = PowNeg(n_new, p);
-    const double sigma = (pow_new - PowNeg(n_old, p)) / lr;
+    const double pow_new = kSqrt ? std::sqrt(double{n_new}) : std::pow(double{n_new}, -p);
+    const double pow_old = kSqrt ? std::sqrt(n_old) : std::pow(n_old, -p);
+    const double sigma = (pow_new - pow_old) / lr;
     const float zi = static_cast<float>(z[i] + gi - sigma * w[i]);
     acc[i] = n_new;
     z[i] = zi;
-    if (std::abs(zi) <= l1) {
-      w[i] = 0.0f;
-    } else {
-      const double shrunk = zi - std::copysign(l1, static_cast<double>(zi));
-      w[i] = static_cast<float>(-shrunk / (pow_new / lr + 2.0 * l2));
-    }
+    const double shrunk = zi - std::copysign(l1, static_cast<double>(zi));
+    const float updated = static_cast<float>(-shrunk / (pow_new * inv_lr + 2.0 * l2));
+    w[i] = std::abs(zi) <= l1 ? 0.0f : updated;
+  }
+}
+
+void FtrlKernel(float* w, const float* g, float* acc, float* z, int64_t n, float gs, double lr,
+                double l1, double l2, double p) {
+  if (p == -0.5) {
+    FtrlLoop<true>(w, g, acc, z, n, gs, lr, l1, l2, p);
+  } else {
+    FtrlLoop<false>(w, g, acc, z, n, gs, lr, l1, l2, p);
   }
 }
 
