@@ -75,12 +75,13 @@ TEST_F(BadInputTest, MissingDataFiles) {
   EXPECT_THAT(r.err, HasSubstr(dir_ + "/nodata/t10k-images-idx3-ubyte"));
 }
 
-// The chief finds its test files, but a worker cannot find the training files: the worker's
-// error reaches the chief through StartTraining and ends the job.
+// The chief finds the test set and counts the training labels, but a worker cannot find the
+// training images: the worker's error reaches the chief through StartTraining and ends the job.
 TEST_F(BadInputTest, WorkerMissingTrainingData) {
   const std::string data = dir_ + "/testonly";
   std::filesystem::create_directories(data);
-  for (const char* f : {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+  for (const char* f :
+       {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-labels-idx1-ubyte"}) {
     std::filesystem::create_symlink(MnistDir() + "/" + f, data + "/" + f);
   }
   Result r = RunTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data", data});

@@ -40,7 +40,7 @@ class Job {
     std::vector<Placement> placement;
     std::unique_ptr<Mlp> model;
     if (config_.model == "mlp") {
-      if (absl::Status s = FillScheduleLength(); !s.ok()) return s;
+      if (absl::Status s = PrepareMlpJob(); !s.ok()) return s;
       model = std::make_unique<Mlp>(Widths());
       absl::StatusOr<std::vector<Placement>> p = CreateMlpVariables(*model);
       if (!p.ok()) return p.status();
@@ -117,26 +117,35 @@ class Job {
     return absl::OkStatus();
   }
 
-  // A cosine schedule without --lr_total_steps ends with the job: at its number of global steps
-  // (variable updates), which follows from the size of the training set.
-  absl::Status FillScheduleLength() {
-    LearningRateSchedule* s = config_.optimizer.mutable_schedule();
-    if (s->kind() != "cosine" || s->total_steps() > 0) return absl::OkStatus();
-    absl::StatusOr<int64_t> n = CountMnist(config_.data_dir, "train");
-    if (!n.ok()) return n.status();
+  // The job's length in global steps. Sync: one epoch is as many steps as the largest data shard
+  // needs, each step one update. Async and ssp: every push of every worker is an update.
+  int64_t SyncSteps() const {
     const int64_t workers = static_cast<int64_t>(workers_.size());
     const int64_t b = config_.batch_size;
+    return config_.epochs * (((train_examples_ + workers - 1) / workers + b - 1) / b);
+  }
+  int64_t GlobalSteps() const {
+    if (config_.mode == "sync") return SyncSteps();
+    const int64_t workers = static_cast<int64_t>(workers_.size());
+    const int64_t n = train_examples_, b = config_.batch_size;
     int64_t steps = 0;
-    if (config_.mode == "sync") {  // as the workers count them: the largest shard's steps
-      steps = config_.epochs * (((*n + workers - 1) / workers + b - 1) / b);
-    } else {  // every push of every worker is an update
-      for (int64_t w = 0; w < workers; ++w) {
-        const int64_t shard = *n * (w + 1) / workers - *n * w / workers;
-        steps += config_.epochs * ((shard + b - 1) / b);
-      }
+    for (int64_t w = 0; w < workers; ++w) {
+      const int64_t shard = n * (w + 1) / workers - n * w / workers;
+      steps += config_.epochs * ((shard + b - 1) / b);
     }
-    s->set_total_steps(steps);
-    spdlog::info("cosine learning-rate schedule over {} global steps", steps);
+    return steps;
+  }
+
+  // Counts the training set; a cosine schedule without --lr_total_steps then ends with the job.
+  absl::Status PrepareMlpJob() {
+    absl::StatusOr<int64_t> n = CountMnist(config_.data_dir, "train");
+    if (!n.ok()) return n.status();
+    train_examples_ = *n;
+    LearningRateSchedule* s = config_.optimizer.mutable_schedule();
+    if (s->kind() == "cosine" && s->total_steps() == 0) {
+      s->set_total_steps(GlobalSteps());
+      spdlog::info("cosine learning-rate schedule over {} global steps", s->total_steps());
+    }
     return absl::OkStatus();
   }
 
@@ -181,6 +190,7 @@ class Job {
     spec.set_report_every(config_.report_every);
     spec.set_rpc_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
     spec.set_mode(config_.mode);
+    if (config_.mode == "sync") spec.set_total_steps(SyncSteps());
     spec.set_stop_on_nonfinite(config_.stop_on_nonfinite);
     for (size_t t = 0; t < workers_.size(); ++t) {
       StartTrainingRequest req;
@@ -276,7 +286,8 @@ class Job {
     return model.Accuracy(values, test_->images, test_->labels.data());
   }
 
-  JobConfig config_;  // a copy: Run fills in what the flags left to the job
+  JobConfig config_;            // a copy: Run fills in what the flags left to the job
+  int64_t train_examples_ = 0;  // mlp jobs
   Coordinator* const coordinator_;
   const Dataset* const test_;
   VariablePlacer* const placer_;

@@ -65,7 +65,9 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& d
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
     return bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
   }
-  if (spec.total_steps() < 0) return bad("total_steps must be non-negative");
+  if (spec.mode() == "sync" && spec.total_steps() < 1) {
+    return bad("sync mode needs the job's total_steps");
+  }
   return absl::OkStatus();
 }
 
@@ -106,13 +108,6 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
   const int64_t begin = n * spec.shard_index() / spec.num_shards();
   const int64_t end = n * (spec.shard_index() + 1) / spec.num_shards();
   const int64_t steps_per_epoch = (end - begin + spec.batch_size() - 1) / spec.batch_size();
-  // Sync: every worker derives the same number of global steps, one epoch being as many steps as
-  // the largest shard needs.
-  const int64_t largest_shard = (n + spec.num_shards() - 1) / spec.num_shards();
-  const int64_t total_steps =
-      spec.total_steps() > 0
-          ? spec.total_steps()
-          : spec.epochs() * ((largest_shard + spec.batch_size() - 1) / spec.batch_size());
   std::vector<int64_t> order(end - begin);
   std::iota(order.begin(), order.end(), begin);
   std::mt19937_64 rng(spec.seed());
@@ -154,7 +149,7 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
       absl::Status s = ps.Pull(&values, sync ? next_step : 0, ssp ? report.steps() : 0, sync);
       if (!s.ok()) return fail(std::string(s.message()));
       const uint64_t step = ps.min_version_read();
-      if (sync && static_cast<int64_t>(step) >= total_steps) {
+      if (sync && static_cast<int64_t>(step) >= spec.total_steps()) {
         reached_total = true;
         break;
       }
