@@ -113,6 +113,9 @@ TEST_F(BadInputTest, BadTrainingFlags) {
   r = RunTagged({PSTRAIN_BINARY, "launch", "--nonfinite", "ignore"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--nonfinite must be skip or stop"));
+  r = RunTagged({PSTRAIN_BINARY, "launch", "--task_timeout", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--task_timeout 0 must be positive"));
   r = RunTagged({PSTRAIN_BINARY, "launch", "--partitioner", "fixed:0"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("fixed:0"));

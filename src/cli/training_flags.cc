@@ -51,6 +51,9 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--lr_total_steps", total_steps_, "cosine schedule: step where it ends");
   app->add_option("--min_lr", min_lr_, "cosine schedule: final learning rate");
   // Faults.
+  app->add_option("--task_timeout", task_timeout_s_,
+                  "seconds a worker may stay silent, and a pull may wait for a step or clock")
+      ->capture_default_str();
   app->add_option("--nonfinite", nonfinite_,
                   "a NaN/Inf gradient: skip (count it, go on) or stop (end the job)")
       ->capture_default_str();
@@ -87,6 +90,11 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--nonfinite must be skip or stop, not \"", nonfinite_, "\""));
   }
   c.stop_on_nonfinite = nonfinite_ == "stop";
+  if (!(task_timeout_s_ > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));
+  }
+  c.task_timeout = absl::Seconds(task_timeout_s_);
   if (absl::Status st = c.Validate(); !st.ok()) return st;
   return c;
 }

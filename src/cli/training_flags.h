@@ -27,6 +27,7 @@ class TrainingFlags {
   int64_t step_size_ = 0, warmup_steps_ = 0, total_steps_ = 0;
   double decay_rate_ = 0, min_lr_ = 0;
   std::string nonfinite_ = "skip";
+  double task_timeout_s_ = 120;
 };
 
 }  // namespace pstrain
