@@ -67,6 +67,7 @@ absl::StatusOr<std::vector<Placement>> VariablePlacer::CreateLocked(
   struct ShardItem {
     size_t var;
     RowRange rows;
+    int64_t row_floats;  // floats in one row of the variable
   };
   std::vector<ShardItem> items;
   std::vector<int64_t> bytes;
@@ -83,15 +84,17 @@ absl::StatusOr<std::vector<Placement>> VariablePlacer::CreateLocked(
     }
     const int64_t row = shape.empty() ? 1 : NumElements(shape) / std::max<int64_t>(shape[0], 1);
     for (const RowRange& r : *ranges) {
-      items.push_back({i, r});
+      items.push_back({i, r, row});
       bytes.push_back(r.rows() * row * 4);
     }
   }
   // Place against what earlier calls put on each PS: greedy fills the lightest, round-robin
   // continues where it stopped.
-  std::vector<int> ps = PlaceItems(bytes, num_ps, placement_, load_);
+  std::vector<int> ps(items.size());
   if (placement_ == PlacementStrategy::kRoundRobin) {
     for (size_t k = 0; k < items.size(); ++k) ps[k] = static_cast<int>((placed_ + k) % num_ps);
+  } else {
+    ps = PlaceItems(bytes, num_ps, placement_, load_);
   }
 
   std::vector<Placement> placements(vars.size());
@@ -112,7 +115,7 @@ absl::StatusOr<std::vector<Placement>> VariablePlacer::CreateLocked(
     shard->set_row_end(r.end);
     std::vector<int64_t> shape = v.initial_value.shape;
     if (!shape.empty()) shape[0] = r.rows();
-    const int64_t offset = bytes[k] / 4 / std::max<int64_t>(r.rows(), 1) * r.begin;
+    const int64_t offset = r.begin * items[k].row_floats;
     VariableDef* def = reqs[ps[k]].add_variables();
     def->set_name(shard->name());
     EncodeTensor(shape, v.initial_value.data() + offset, def->mutable_initial_value());
