@@ -23,34 +23,6 @@ absl::Status CheckOptions(const ClientOptions& o) {
   return absl::OkStatus();
 }
 
-// The shards of `p` as a VariableRef over `shape`; checks that they cover its rows in order on
-// existing PS tasks, so a bad answer from the chief is an error here rather than a crash later.
-absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
-                                          const std::vector<int64_t>& shape, int num_ps) {
-  auto bad = [&](auto... parts) {
-    return absl::InternalError(absl::StrCat("chief's placement of \"", name, "\": ", parts...));
-  };
-  if (p.variable() != name) return bad("names variable \"", p.variable(), "\"");
-  if (p.shards_size() == 0) return bad("has no shards");
-  const int64_t rows = shape.empty() ? 1 : shape[0];
-  VariableRef v{name, shape, {}};
-  int64_t next = 0;
-  for (const Shard& s : p.shards()) {
-    if (s.ps_task() < 0 || s.ps_task() >= num_ps) {
-      return bad("shard \"", s.name(), "\" is on ps:", s.ps_task(), ", but there are ", num_ps,
-                 " ps tasks");
-    }
-    if (s.row_begin() != next || s.row_end() < s.row_begin() || s.row_end() > rows) {
-      return bad("shard \"", s.name(), "\" holds rows [", s.row_begin(), ", ", s.row_end(),
-                 "), expected to start at row ", next, " of ", rows);
-    }
-    next = s.row_end();
-    v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
-  }
-  if (next != rows) return bad("shards cover ", next, " of ", rows, " rows");
-  return v;
-}
-
 }  // namespace
 
 Client::Client(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master)
@@ -115,9 +87,10 @@ absl::StatusOr<int> Client::CreateVariable(const VariableOptions& v) {
   absl::Status s = FromGrpcStatus(master_->CreateVariable(&ctx, req, &resp),
                                   "CreateVariable \"" + v.name + "\"", "chief " + options_.chief);
   if (!s.ok()) return s;
+  // A bad answer from the chief is an error here rather than a crash later.
   absl::StatusOr<VariableRef> ref =
       ToVariableRef(resp.placement(), v.name, v.shape, static_cast<int>(options_.ps.size()));
-  if (!ref.ok()) return ref.status();
+  if (!ref.ok()) return absl::InternalError(absl::StrCat("chief's ", ref.status().message()));
   for (size_t i = 0; i < variables_.size(); ++i) {
     if (variables_[i].name == v.name) {
       if (variables_[i].shape != v.shape) {

@@ -23,6 +23,32 @@ std::vector<int64_t> ShardShape(const VariableRef& v, const ShardRef& s) {
 
 }  // namespace
 
+absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
+                                          const std::vector<int64_t>& shape, int num_ps) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("placement of \"", name, "\": ", parts...));
+  };
+  if (p.variable() != name) return bad("names variable \"", p.variable(), "\"");
+  if (p.shards_size() == 0) return bad("has no shards");
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  VariableRef v{name, shape, {}};
+  int64_t next = 0;
+  for (const Shard& s : p.shards()) {
+    if (s.ps_task() < 0 || s.ps_task() >= num_ps) {
+      return bad("shard \"", s.name(), "\" is on ps:", s.ps_task(), ", but there are ", num_ps,
+                 " ps tasks");
+    }
+    if (s.row_begin() != next || s.row_end() < s.row_begin() || s.row_end() > rows) {
+      return bad("shard \"", s.name(), "\" holds rows [", s.row_begin(), ", ", s.row_end(),
+                 "), expected to start at row ", next, " of ", rows);
+    }
+    next = s.row_end();
+    v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
+  }
+  if (next != rows) return bad("shards cover ", next, " of ", rows, " rows");
+  return v;
+}
+
 PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
                    Sender sender, absl::Duration timeout)
     : addresses_(ps_addresses),

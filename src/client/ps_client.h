@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/tensor.h"
 #include "ps.grpc.pb.h"
+#include "worker.pb.h"
 
 namespace pstrain {
 
@@ -25,6 +26,12 @@ struct VariableRef {
   std::vector<int64_t> shape;
   std::vector<ShardRef> shards;  // in row order, covering every row
 };
+
+// The shards of placement `p` as a VariableRef for variable `name` of `shape`. InvalidArgument
+// unless `p` names that variable and its shards cover its rows in order on ps tasks in
+// [0, num_ps).
+absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
+                                          const std::vector<int64_t>& shape, int num_ps);
 
 // Not thread-safe: one per training thread.
 class PsClient {

@@ -274,11 +274,11 @@ class Job {
   absl::StatusOr<double> Evaluate(Mlp& model, const std::vector<Placement>& placement) {
     std::vector<VariableRef> vars;
     for (size_t i = 0; i < placement.size(); ++i) {
-      VariableRef v{placement[i].variable(), model.params()[i].shape, {}};
-      for (const Shard& s : placement[i].shards()) {
-        v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
-      }
-      vars.push_back(std::move(v));
+      absl::StatusOr<VariableRef> v =
+          ToVariableRef(placement[i], model.params()[i].name, model.params()[i].shape,
+                        static_cast<int>(ps_addresses_.size()));
+      if (!v.ok()) return v.status();
+      vars.push_back(*std::move(v));
     }
     PsClient client(ps_addresses_, std::move(vars), MakeSender("chief", 0), config_.rpc_timeout);
     std::vector<const float*> values;

@@ -15,6 +15,23 @@
 
 namespace pstrain {
 
+namespace {
+
+// The model's variables with their shards, as the chief placed them, in the model's order.
+absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, const Mlp& model,
+                                                     int num_ps) {
+  std::vector<VariableRef> vars;
+  for (int i = 0; i < spec.placement_size(); ++i) {
+    absl::StatusOr<VariableRef> v =
+        ToVariableRef(spec.placement(i), model.params()[i].name, model.params()[i].shape, num_ps);
+    if (!v.ok()) return v.status();
+    vars.push_back(*std::move(v));
+  }
+  return vars;
+}
+
+}  // namespace
+
 absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& data) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (spec.layers_size() < 2) return bad("training spec needs at least 2 layer widths");
@@ -41,26 +58,9 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& d
     return bad("placement has ", spec.placement_size(), " variables, the model has ",
                model.params().size());
   }
-  for (int i = 0; i < spec.placement_size(); ++i) {
-    const Placement& p = spec.placement(i);
-    const ParamSpec& param = model.params()[i];
-    if (p.variable() != param.name) {
-      return bad("placement[", i, "] is \"", p.variable(), "\", expected \"", param.name, "\"");
-    }
-    const int64_t rows = param.shape.empty() ? 1 : param.shape[0];
-    int64_t next = 0;
-    for (const Shard& shard : p.shards()) {
-      if (shard.ps_task() < 0 || shard.ps_task() >= num_ps) {
-        return bad("shard ", shard.name(), " is placed on ps:", shard.ps_task(), ", but there are ",
-                   num_ps, " ps tasks");
-      }
-      if (shard.row_begin() != next || shard.row_end() <= shard.row_begin()) {
-        return bad("shards of ", p.variable(), " do not cover its rows in order");
-      }
-      next = shard.row_end();
-    }
-    if (next != rows)
-      return bad("shards of ", p.variable(), " cover ", next, " of ", rows, " rows");
+  if (absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, model, num_ps);
+      !vars.ok()) {
+    return vars.status();
   }
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
     return bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
@@ -69,18 +69,6 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& d
     return bad("sync mode needs the job's total_steps");
   }
   return absl::OkStatus();
-}
-
-std::vector<VariableRef> VariablesOf(const TrainingSpec& spec, const Mlp& model) {
-  std::vector<VariableRef> vars;
-  for (int i = 0; i < spec.placement_size(); ++i) {
-    VariableRef v{model.params()[i].name, model.params()[i].shape, {}};
-    for (const Shard& s : spec.placement(i).shards()) {
-      v.shards.push_back({s.name(), s.ps_task(), s.row_begin(), s.row_end()});
-    }
-    vars.push_back(std::move(v));
-  }
-  return vars;
 }
 
 // The first non-finite gradient value, as "variable 'x' has nan at index i", or "".
@@ -98,7 +86,9 @@ std::string NonFinite(const std::vector<Tensor>& grads, const std::vector<Variab
 
 void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& options) {
   Mlp model(std::vector<int>(spec.layers().begin(), spec.layers().end()));
-  const std::vector<VariableRef> vars = VariablesOf(spec, model);
+  // ValidateSpec accepted the placement.
+  const std::vector<VariableRef> vars =
+      *VariablesOf(spec, model, static_cast<int>(options.ps_addresses.size()));
   PsClient ps(options.ps_addresses, vars, MakeSender("worker", options.task),
               absl::Seconds(spec.rpc_timeout_s()));
   const bool sync = spec.mode() == "sync";
