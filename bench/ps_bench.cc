@@ -22,6 +22,7 @@
 #include "client/ps_client.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
+#include "common/tensor_codec.h"
 #include "model/model.h"
 #include "ps/optimizer.h"
 #include "ps/ps.h"

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "common/tensor_codec.h"
 #include "client/client.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"

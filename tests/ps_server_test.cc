@@ -14,6 +14,7 @@
 
 #include "common/rpc.h"
 #include "common/tensor.h"
+#include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
@@ -344,7 +345,7 @@ class ParameterServerGrpcTest : public testing::Test {
  protected:
   void SetUp() override {
     ps_ = *ParameterServer::Create({.task = 1});
-    service_ = MakeParameterServerService(ps_.get(), [this](const std::string& reason) {
+    service_ = MakeParameterServerService(ps_.get(), [this](const std::string& reason, bool) {
       ++shutdown_calls_;
       shutdown_reason_ = reason;
     });

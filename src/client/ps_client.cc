@@ -1,3 +1,4 @@
+#include "common/tensor_codec.h"
 #include "client/ps_client.h"
 
 #include <cstring>

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "grpcpp/grpcpp.h"
 #include "tensor.pb.h"
 
@@ -41,7 +42,5 @@ absl::Status RetryUntil(absl::Duration deadline, const std::string& what,
 Sender MakeSender(const std::string& job, int task);
 // "ps:1"
 std::string TaskName(const std::string& job, int task);
-
-constexpr int kMaxMessageBytes = 512 << 20;
 
 }  // namespace pstrain

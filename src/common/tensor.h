@@ -1,15 +1,11 @@
-// Dense float32 tensors and their wire form (proto/tensor.proto).
-//
-// A Tensor owns its values in row-major order. Encoding copies the values into a TensorProto as
-// raw little-endian bytes; decoding checks dtype, shape and byte count and says what is wrong.
+// Dense float32 tensors. A Tensor owns its values in row-major order. Their wire form is in
+// common/tensor_codec.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "tensor.pb.h"
 
 namespace pstrain {
 
@@ -28,16 +24,5 @@ struct Tensor {
 int64_t NumElements(const std::vector<int64_t>& shape);
 // "[784, 256]"
 std::string ShapeString(const std::vector<int64_t>& shape);
-
-// Fills `out` from `t`. Thread-compatible.
-void EncodeTensor(const Tensor& t, TensorProto* out);
-// Same, from a raw pointer, so callers that hold values elsewhere avoid a copy into a Tensor.
-void EncodeTensor(const std::vector<int64_t>& shape, const float* values, TensorProto* out);
-// Checks dtype, non-negative dims and data size; InvalidArgument naming the problem otherwise.
-absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p);
-// Checks `p` as DecodeTensor does and that its shape equals `want`; returns a view of its floats.
-// The pointer is valid while `p` is; `what` names the tensor in error messages.
-absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,
-                                        const std::string& what);
 
 }  // namespace pstrain

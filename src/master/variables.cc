@@ -1,3 +1,4 @@
+#include "common/tensor_codec.h"
 #include "master/variables.h"
 
 #include <cstring>

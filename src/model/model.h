@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "Eigen/Core"
+#include "absl/status/statusor.h"
 #include "common/tensor.h"
 
 namespace pstrain {

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/tensor.h"
+#include "common/tensor_codec.h"
 #include "ps/consistency.h"
 #include "ps/optimizer.h"
 #include "ps/ps.h"

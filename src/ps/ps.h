@@ -61,9 +61,12 @@ class ParameterServer {
   virtual void Stop() = 0;
 };
 
+// Called once when the chief ends the job: why, and whether the job succeeded.
+using ShutdownFn = std::function<void(const std::string& reason, bool job_succeeded)>;
+
 // The gRPC ParameterServerService (callback API) over `ps`, which must outlive it. A Shutdown
-// RPC calls `on_shutdown(reason)` once and returns; the caller stops the server.
-std::unique_ptr<grpc::Service> MakeParameterServerService(
-    ParameterServer* ps, std::function<void(const std::string&)> on_shutdown);
+// RPC calls `on_shutdown` once and returns; the caller stops the server.
+std::unique_ptr<grpc::Service> MakeParameterServerService(ParameterServer* ps,
+                                                          ShutdownFn on_shutdown);
 
 }  // namespace pstrain

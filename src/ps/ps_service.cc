@@ -17,8 +17,7 @@ namespace {
 
 class ParameterServerServiceImpl final : public ParameterServerService::CallbackService {
  public:
-  ParameterServerServiceImpl(ParameterServer* ps,
-                             std::function<void(const std::string&)> on_shutdown)
+  ParameterServerServiceImpl(ParameterServer* ps, ShutdownFn on_shutdown)
       : ps_(ps), on_shutdown_(std::move(on_shutdown)) {}
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx,
@@ -62,7 +61,7 @@ class ParameterServerServiceImpl final : public ParameterServerService::Callback
                                      ShutdownResponse* resp) override {
     absl::Status status = CheckSender(req->has_sender(), req->sender());
     if (status.ok() && !shutdown_called_.exchange(true) && on_shutdown_) {
-      on_shutdown_(req->reason());
+      on_shutdown_(req->reason(), req->job_succeeded());
     }
     return Finish(ctx, status);
   }
@@ -76,14 +75,14 @@ class ParameterServerServiceImpl final : public ParameterServerService::Callback
   }
 
   ParameterServer* const ps_;
-  const std::function<void(const std::string&)> on_shutdown_;
+  const ShutdownFn on_shutdown_;
   std::atomic<bool> shutdown_called_{false};
 };
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeParameterServerService(
-    ParameterServer* ps, std::function<void(const std::string&)> on_shutdown) {
+std::unique_ptr<grpc::Service> MakeParameterServerService(ParameterServer* ps,
+                                                          ShutdownFn on_shutdown) {
   return std::make_unique<ParameterServerServiceImpl>(ps, std::move(on_shutdown));
 }
 

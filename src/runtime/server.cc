@@ -70,7 +70,7 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address) {
   if (!ps.ok()) return ps.status();
   absl::Notification shutdown;
   std::unique_ptr<grpc::Service> service =
-      MakeParameterServerService(ps->get(), [&](const std::string& reason) {
+      MakeParameterServerService(ps->get(), [&](const std::string& reason, bool) {
         spdlog::info("ps:{} shutting down: {}", o.task, reason);
         shutdown.Notify();
       });
@@ -84,7 +84,7 @@ absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
   wo.chief_address = o.cluster.Tasks("chief")[0];
   absl::Notification shutdown;
   absl::StatusOr<std::unique_ptr<Worker>> worker =
-      Worker::Create(wo, [&](const std::string& reason) {
+      Worker::Create(wo, [&](const std::string& reason, bool) {
         spdlog::info("worker:{} shutting down: {}", o.task, reason);
         shutdown.Notify();
       });

@@ -16,7 +16,7 @@ namespace {
 
 class WorkerImpl final : public Worker, public WorkerService::CallbackService {
  public:
-  WorkerImpl(const WorkerOptions& options, std::function<void(const std::string&)> on_shutdown)
+  WorkerImpl(const WorkerOptions& options, ShutdownFn on_shutdown)
       : options_(options),
         on_shutdown_(std::move(on_shutdown)),
         master_(MasterService::NewStub(MakeChannel(options.chief_address))) {}
@@ -61,7 +61,7 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const ShutdownRequest* req,
                                      ShutdownResponse* resp) override {
     stop_ = true;
-    ShutdownOnce(req->reason());
+    ShutdownOnce(req->reason(), req->job_succeeded());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -74,18 +74,19 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
     if (!s.ok()) {
       // Without the chief the job cannot finish: stop rather than train for nobody.
       ShutdownOnce(
-          FromGrpcStatus(s, "ReportProgress", "chief " + options_.chief_address).ToString());
+          FromGrpcStatus(s, "ReportProgress", "chief " + options_.chief_address).ToString(),
+          false);
       return false;
     }
     return !resp.stop();
   }
 
-  void ShutdownOnce(const std::string& reason) {
-    std::call_once(shutdown_once_, [&] { on_shutdown_(reason); });
+  void ShutdownOnce(const std::string& reason, bool job_succeeded) {
+    std::call_once(shutdown_once_, [&] { on_shutdown_(reason, job_succeeded); });
   }
 
   const WorkerOptions options_;
-  const std::function<void(const std::string&)> on_shutdown_;
+  const ShutdownFn on_shutdown_;
   std::unique_ptr<MasterService::Stub> master_;
   std::atomic<bool> started_{false};
   std::atomic<bool> stop_{false};
@@ -95,8 +96,8 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
-    const WorkerOptions& options, std::function<void(const std::string&)> on_shutdown) {
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options,
+                                                       ShutdownFn on_shutdown) {
   if (options.ps_addresses.empty())
     return absl::InvalidArgumentError("worker needs at least one ps");
   if (options.chief_address.empty())

@@ -20,10 +20,11 @@ struct WorkerOptions {
 
 class Worker {
  public:
-  // `on_shutdown(reason)` is called once when the chief sends Shutdown or becomes unreachable;
-  // the caller then stops the server and destroys the Worker.
-  static absl::StatusOr<std::unique_ptr<Worker>> Create(
-      const WorkerOptions& options, std::function<void(const std::string&)> on_shutdown);
+  // `on_shutdown(reason, job_succeeded)` is called once when the chief sends Shutdown or becomes
+  // unreachable (job_succeeded false); the caller then stops the server and destroys the Worker.
+  using ShutdownFn = std::function<void(const std::string& reason, bool job_succeeded)>;
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options,
+                                                        ShutdownFn on_shutdown);
   // Stops training at the next step and joins the training thread.
   virtual ~Worker() = default;
   // The WorkerService to register with a grpc::Server; owned by the Worker.

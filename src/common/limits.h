@@ -1,0 +1,57 @@
+// The one set of limits every request is checked against. Servers refuse what passes them with
+// INVALID_ARGUMENT or RESOURCE_EXHAUSTED naming the limit, before doing any work; clients split
+// their requests so that none passes them. All arithmetic on sizes taken from a request goes
+// through the overflow-checked helpers below.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace pstrain {
+
+// Largest gRPC message any pstrain channel or server sends or receives.
+constexpr int64_t kMaxMessageBytes = int64_t{512} << 20;
+// What a message may carry besides tensor bytes (names, shapes, versions) is bounded by the
+// limits below; a response is refused if its tensor bytes exceed this.
+constexpr int64_t kMaxPayloadBytes = kMaxMessageBytes - (int64_t{16} << 20);
+// A single tensor (a variable or one of its shards) must fit one message.
+constexpr int64_t kMaxTensorBytes = kMaxPayloadBytes;
+// Dimensions of a tensor's shape.
+constexpr int kMaxTensorRank = 32;
+// Names of variables, shards, barriers, optimizers, initializers, partitioners.
+constexpr int kMaxNameBytes = 1024;
+// Variables (or gradients) named in one request.
+constexpr int kMaxVariablesPerRequest = 65536;
+// Tasks of one job (ps or worker) in a cluster.
+constexpr int kMaxTasks = 4096;
+// Barriers open at once on the chief (each may have many arrivals).
+constexpr int kMaxOpenBarriers = 1024;
+// Free-text fields (error messages, shutdown reasons) in requests.
+constexpr int kMaxTextBytes = 64 * 1024;
+
+// a * b and a + b for non-negative operands, or nullopt on overflow.
+inline std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+// Elements of `shape` (1 for a scalar), or nullopt if a dimension is negative, the rank exceeds
+// kMaxTensorRank, or the product overflows int64.
+inline std::optional<int64_t> CheckedNumElements(const std::vector<int64_t>& shape) {
+  if (shape.size() > static_cast<size_t>(kMaxTensorRank)) return std::nullopt;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    std::optional<int64_t> m = CheckedMul(n, d);
+    if (!m) return std::nullopt;
+    n = *m;
+  }
+  return n;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,28 @@
+// The wire form of tensors (proto/tensor.proto): raw little-endian bytes plus shape and dtype.
+//
+// Encoding copies the values into a TensorProto; decoding checks dtype, shape and byte count and
+// says what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+#include "tensor.pb.h"
+
+namespace pstrain {
+
+// Fills `out` from `t`. Thread-compatible.
+void EncodeTensor(const Tensor& t, TensorProto* out);
+// Same, from a raw pointer, so callers that hold values elsewhere avoid a copy into a Tensor.
+void EncodeTensor(const std::vector<int64_t>& shape, const float* values, TensorProto* out);
+// Checks dtype, non-negative dims and data size; InvalidArgument naming the problem otherwise.
+absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p);
+// Checks `p` as DecodeTensor does and that its shape equals `want`; returns a view of its floats.
+// The pointer is valid while `p` is; `what` names the tensor in error messages.
+absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,
+                                        const std::string& what);
+
+}  // namespace pstrain
