@@ -38,4 +38,56 @@ absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& spl
 // The number of examples of split `split` in `dir`, from its label file alone.
 absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split);
 
+using DenseMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A table of examples as the text readers produce it: dense float features, sparse features
+// (categorical ids or indexed values) in compressed-row form, and one label per row.
+struct Examples {
+  DenseMatrix dense;  // rows x dense features (0 columns when the format has none)
+  // Row r's sparse features are [sparse_offsets[r], sparse_offsets[r + 1]); rows + 1 entries.
+  std::vector<int64_t> sparse_offsets;
+  std::vector<uint64_t> sparse_keys;   // LibSVM: the feature index; Criteo: CategoricalKey()
+  std::vector<float> sparse_values;    // LibSVM: the value; Criteo: 1
+  std::vector<int32_t> sparse_fields;  // the column a feature came from (LibSVM: 0)
+  std::vector<float> labels;           // as written (CSV, LibSVM), or 0/1 (Criteo)
+  int64_t bad_lines_skipped = 0;       // lines dropped under TextOptions::BadLines::kSkip
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+};
+
+struct TextOptions {
+  // A malformed line stops the read with an error "file:line: what" (kStop), or is dropped and
+  // counted in Examples::bad_lines_skipped (kSkip). Blank lines are ignored.
+  enum class BadLines { kStop, kSkip };
+  BadLines bad_lines = BadLines::kStop;
+  int64_t max_rows = -1;  // read at most this many rows; -1 = all
+};
+
+struct CsvOptions {
+  int label_column = 0;  // the other columns are the dense features, in order
+  // kAuto: the first line is a header if any of its fields is not a number.
+  enum class Header { kAuto, kYes, kNo };
+  Header header = Header::kAuto;
+  char delimiter = ',';
+};
+
+// Files may be plain or gzip-compressed. NotFound for a missing file; InvalidArgument
+// "file:line: ..." for a bad line (too few or many fields, a bad number, bad hex, indices out of
+// order) unless skipped.
+// CSV: numeric fields, every line with as many as the first; label from options.label_column.
+absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
+                                 const TextOptions& options);
+// LibSVM: "label index:value index:value ..." with strictly increasing indices; "# ..." ends a
+// line. The features are sparse (key = index).
+absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& options);
+
+// Criteo Kaggle TSV: label (0/1), 13 integer features (may be empty), 26 categorical features
+// of 8 hex digits (may be empty). Integers become log(1 + x) (missing or negative: 0); every
+// categorical field gives one sparse feature, its key CategoricalKey(field, value, missing).
+constexpr int kCriteoDense = 13;
+constexpr int kCriteoCategorical = 26;
+absl::StatusOr<Examples> ReadCriteo(const std::string& path, const TextOptions& options);
+// A 64-bit id for value `value` of categorical field `field` (a missing value has an id of its
+// own per field); well spread, so ids can be sharded by hash.
+uint64_t CategoricalKey(int field, uint32_t value, bool missing);
+
 }  // namespace pstrain

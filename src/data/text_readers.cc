@@ -1,0 +1,278 @@
+// Readers of line-oriented text formats: CSV, LibSVM and the Criteo TSV layout. Each line is
+// parsed into an Examples table; a bad line is an error naming the file and line, or is skipped
+// and counted (TextOptions::bad_lines).
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "data/data.h"
+
+namespace pstrain {
+namespace {
+
+// Lines of a plain or gzip-compressed file (zlib reads a plain file as it is).
+class LineReader {
+ public:
+  ~LineReader() {
+    if (gz_ != nullptr) gzclose(gz_);
+  }
+  absl::Status Open(const std::string& path) {
+    path_ = path;
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (!std::filesystem::exists(status)) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    }
+    if (std::filesystem::is_directory(status)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a data file"));
+    }
+    gz_ = gzopen(path.c_str(), "rb");
+    if (gz_ == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
+    gzbuffer(gz_, 1 << 18);
+    return absl::OkStatus();
+  }
+  // The next line without its end ("\n" or "\r\n"); false at the end of the file or on an error.
+  bool Next(std::string* line) {
+    line->clear();
+    char buf[1 << 16];
+    while (gzgets(gz_, buf, sizeof(buf)) != nullptr) {
+      line->append(buf);
+      if (!line->empty() && line->back() == '\n') break;
+    }
+    if (line->empty()) return false;
+    ++number_;
+    if (line->back() == '\n') line->pop_back();
+    if (!line->empty() && line->back() == '\r') line->pop_back();
+    return true;
+  }
+  absl::Status FinalStatus() const {
+    int err = Z_OK;
+    const char* msg = gzerror(gz_, &err);
+    if (err != Z_OK && err != Z_STREAM_END) {
+      return absl::DataLossError(absl::StrCat(path_, ": read error after line ", number_, ": ",
+                                              msg == nullptr ? "" : msg));
+    }
+    return absl::OkStatus();
+  }
+  int64_t number() const { return number_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+  int64_t number_ = 0;
+};
+
+// Builds an Examples table row by row; a row is either finished or dropped as a whole.
+class TableBuilder {
+ public:
+  explicit TableBuilder(int dense_dim) : dense_dim_(dense_dim) { out_.sparse_offsets.push_back(0); }
+  void AddDense(float v) { dense_.push_back(v); }
+  void AddSparse(uint64_t key, float value, int32_t field) {
+    out_.sparse_keys.push_back(key);
+    out_.sparse_values.push_back(value);
+    out_.sparse_fields.push_back(field);
+  }
+  void FinishRow(float label) {
+    out_.labels.push_back(label);
+    out_.sparse_offsets.push_back(static_cast<int64_t>(out_.sparse_keys.size()));
+    row_dense_ = dense_.size();
+  }
+  // Forgets what the current row added.
+  void DropRow() {
+    dense_.resize(row_dense_);
+    const size_t keep = static_cast<size_t>(out_.sparse_offsets.back());
+    out_.sparse_keys.resize(keep);
+    out_.sparse_values.resize(keep);
+    out_.sparse_fields.resize(keep);
+  }
+  Examples Finish(int64_t skipped) {
+    const int64_t rows = static_cast<int64_t>(out_.labels.size());
+    out_.dense = Eigen::Map<const DenseMatrix>(dense_.data(), rows, dense_dim_);
+    out_.bad_lines_skipped = skipped;
+    return std::move(out_);
+  }
+
+ private:
+  const int dense_dim_;
+  std::vector<float> dense_;
+  size_t row_dense_ = 0;
+  Examples out_;
+};
+
+// Runs `parse_line` over every line of `path`. A line whose parse fails stops the read with an
+// error "path:line: what", or is dropped and counted under BadLines::kSkip. `parse_line` returns
+// false for a line it consumed without producing a row (a header).
+template <typename ParseLine>
+absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& options,
+                                   TableBuilder* table, ParseLine parse_line) {
+  LineReader in;
+  if (absl::Status s = in.Open(path); !s.ok()) return s;
+  std::string line;
+  int64_t skipped = 0, rows = 0;
+  while ((options.max_rows < 0 || rows < options.max_rows) && in.Next(&line)) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    absl::StatusOr<bool> row = parse_line(line, in.number());
+    if (!row.ok()) {
+      table->DropRow();
+      if (options.bad_lines == TextOptions::BadLines::kStop) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", in.number(), ": ", row.status().message()));
+      }
+      ++skipped;
+      continue;
+    }
+    if (*row) ++rows;
+  }
+  if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
+  return table->Finish(skipped);
+}
+
+absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+bool ParseFloat(absl::string_view text, float* out) {
+  return absl::SimpleAtof(absl::StripAsciiWhitespace(text), out) && std::isfinite(*out);
+}
+
+// splitmix64's finaliser: spreads (field, value) pairs over all 64 bits.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+uint64_t CategoricalKey(int field, uint32_t value, bool missing) {
+  const uint64_t v = missing ? (uint64_t{1} << 32) : value;
+  return Mix((static_cast<uint64_t>(field) << 33) | v);
+}
+
+absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
+                                 const TextOptions& options) {
+  // The first line fixes the number of columns; it is a header if asked, or (kAuto) if any of
+  // its fields is not a number.
+  LineReader probe;
+  if (absl::Status s = probe.Open(path); !s.ok()) return s;
+  std::string first;
+  if (!probe.Next(&first)) return Bad(absl::StrCat(path, ": empty file"));
+  const std::vector<absl::string_view> head = absl::StrSplit(first, csv.delimiter);
+  const int columns = static_cast<int>(head.size());
+  if (csv.label_column < 0 || csv.label_column >= columns) {
+    return Bad(absl::StrCat(path, ": label column ", csv.label_column, " does not exist (", columns,
+                            " columns)"));
+  }
+  bool header = csv.header == CsvOptions::Header::kYes;
+  if (csv.header == CsvOptions::Header::kAuto) {
+    for (absl::string_view f : head) {
+      float v;
+      if (!ParseFloat(f, &v)) header = true;
+    }
+  }
+  TableBuilder table(columns - 1);
+  return ReadLines(
+      path, options, &table, [&](const std::string& line, int64_t number) -> absl::StatusOr<bool> {
+        if (number == 1 && header) return false;
+        const std::vector<absl::string_view> fields = absl::StrSplit(line, csv.delimiter);
+        if (static_cast<int>(fields.size()) != columns) {
+          return Bad(absl::StrCat("expected ", columns, " fields, got ", fields.size()));
+        }
+        float label = 0;
+        for (int c = 0; c < columns; ++c) {
+          float v;
+          if (!ParseFloat(fields[c], &v)) {
+            return Bad(
+                absl::StrCat("field ", c + 1, " \"", fields[c], "\" is not a finite number"));
+          }
+          if (c == csv.label_column) {
+            label = v;
+          } else {
+            table.AddDense(v);
+          }
+        }
+        table.FinishRow(label);
+        return true;
+      });
+}
+
+absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& options) {
+  TableBuilder table(0);
+  return ReadLines(
+      path, options, &table, [&](const std::string& line, int64_t) -> absl::StatusOr<bool> {
+        std::vector<absl::string_view> tokens =
+            absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+        float label;
+        if (!ParseFloat(tokens[0], &label)) {
+          return Bad(absl::StrCat("label \"", tokens[0], "\" is not a finite number"));
+        }
+        int64_t previous = -1;
+        for (size_t i = 1; i < tokens.size(); ++i) {
+          if (absl::StartsWith(tokens[i], "#")) break;  // a comment ends the line
+          const size_t colon = tokens[i].find(':');
+          uint64_t index = 0;
+          float value;
+          if (colon == absl::string_view::npos ||
+              !absl::SimpleAtoi(tokens[i].substr(0, colon), &index) ||
+              !ParseFloat(tokens[i].substr(colon + 1), &value)) {
+            return Bad(absl::StrCat("feature \"", tokens[i], "\" is not index:value"));
+          }
+          if (index > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(index) <= previous) {
+            return Bad(absl::StrCat("feature index ", index, " is not above the previous one (",
+                                    previous, "): indices must be strictly increasing"));
+          }
+          previous = static_cast<int64_t>(index);
+          table.AddSparse(index, value, 0);
+        }
+        table.FinishRow(label);
+        return true;
+      });
+}
+
+absl::StatusOr<Examples> ReadCriteo(const std::string& path, const TextOptions& options) {
+  TableBuilder table(kCriteoDense);
+  constexpr int kFields = 1 + kCriteoDense + kCriteoCategorical;
+  return ReadLines(
+      path, options, &table, [&](const std::string& line, int64_t) -> absl::StatusOr<bool> {
+        const std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+        if (fields.size() != kFields) {
+          return Bad(absl::StrCat("expected ", kFields, " tab-separated fields (label, ",
+                                  kCriteoDense, " integers, ", kCriteoCategorical,
+                                  " categories), got ", fields.size()));
+        }
+        if (fields[0] != "0" && fields[0] != "1") {
+          return Bad(absl::StrCat("label \"", fields[0], "\" is not 0 or 1"));
+        }
+        for (int i = 0; i < kCriteoDense; ++i) {
+          absl::string_view f = fields[1 + i];
+          int64_t v = 0;
+          if (!f.empty() && !absl::SimpleAtoi(f, &v)) {
+            return Bad(absl::StrCat("integer feature I", i + 1, " \"", f, "\" is not an integer"));
+          }
+          // Counts are heavy-tailed: log(1 + x), with missing and negative values as 0.
+          table.AddDense(v > 0 ? static_cast<float>(std::log1p(static_cast<double>(v))) : 0.0f);
+        }
+        for (int i = 0; i < kCriteoCategorical; ++i) {
+          absl::string_view f = fields[1 + kCriteoDense + i];
+          uint32_t v = 0;
+          if (!f.empty() && (f.size() != 8 || !absl::SimpleHexAtoi(f, &v))) {
+            return Bad(
+                absl::StrCat("categorical feature C", i + 1, " \"", f, "\" is not 8 hex digits"));
+          }
+          table.AddSparse(CategoricalKey(i, v, f.empty()), 1.0f, i);
+        }
+        table.FinishRow(fields[0] == "1" ? 1.0f : 0.0f);
+        return true;
+      });
+}
+
+}  // namespace pstrain

@@ -1,0 +1,188 @@
+// ReadCsv, ReadLibSvm and ReadCriteo on small files written by the test: values, layout, and a
+// message naming file and line for every kind of bad line.
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "data/data.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class TextReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("pstrain-text-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::string WriteGzip(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(f);
+    return path;
+  }
+  static TextOptions Skip() {
+    TextOptions o;
+    o.bad_lines = TextOptions::BadLines::kSkip;
+    return o;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(TextReaderTest, CsvWithHeaderAndLabelColumn) {
+  const std::string path = Write("a.csv", "x,y,label\n1.5,2,0\n-3,4e1,1\r\n\n5,6,1\n");
+  CsvOptions csv;
+  csv.label_column = 2;
+  absl::StatusOr<Examples> e = ReadCsv(path, csv, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->size(), 3);
+  EXPECT_THAT(e->labels, ElementsAre(0, 1, 1));
+  ASSERT_EQ(e->dense.cols(), 2);
+  EXPECT_FLOAT_EQ(e->dense(0, 0), 1.5f);
+  EXPECT_FLOAT_EQ(e->dense(1, 1), 40.0f);
+  EXPECT_FLOAT_EQ(e->dense(2, 0), 5.0f);
+  EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 0, 0, 0));
+}
+
+TEST_F(TextReaderTest, CsvWithoutHeaderReadsTheFirstLine) {
+  const std::string path = WriteGzip("a.csv.gz", "1,0.5\n0,0.25\n");
+  absl::StatusOr<Examples> e = ReadCsv(path, {}, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->labels, ElementsAre(1, 0));
+  EXPECT_FLOAT_EQ(e->dense(1, 0), 0.25f);
+}
+
+TEST_F(TextReaderTest, CsvBadLinesNameFileAndLine) {
+  const std::string path = Write("bad.csv", "1,2,3\n4,5\n6,x,7\n8,nan,9\n1,1,1\n");
+  absl::StatusOr<Examples> e = ReadCsv(path, {}, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(std::string(e.status().message()), HasSubstr(path + ":2: expected 3 fields, got 2"));
+  e = ReadCsv(path, {}, Skip());
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->size(), 2);
+  EXPECT_EQ(e->bad_lines_skipped, 3);
+  EXPECT_THAT(e->labels, ElementsAre(1, 1));
+  EXPECT_FLOAT_EQ(e->dense(0, 1), 3.0f);
+  CsvOptions csv;
+  csv.label_column = 5;
+  EXPECT_THAT(std::string(ReadCsv(path, csv, {}).status().message()), HasSubstr("label column 5"));
+}
+
+TEST_F(TextReaderTest, LibSvmSparseRows) {
+  const std::string path = Write("a.svm", "+1 1:0.5 7:2 # comment\n-1\n0 3:1.25\n");
+  absl::StatusOr<Examples> e = ReadLibSvm(path, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->labels, ElementsAre(1, -1, 0));
+  EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 2, 2, 3));
+  EXPECT_THAT(e->sparse_keys, ElementsAre(1, 7, 3));
+  EXPECT_THAT(e->sparse_values, ElementsAre(0.5f, 2.0f, 1.25f));
+  EXPECT_EQ(e->dense.cols(), 0);
+}
+
+TEST_F(TextReaderTest, LibSvmBadLines) {
+  struct Case {
+    std::string line, message;
+  };
+  for (const Case& c :
+       {Case{"1 3:1 2:1", "indices must be strictly increasing"},
+        Case{"1 3:1 3:2", "indices must be strictly increasing"},
+        Case{"1 a:1", "\"a:1\" is not index:value"}, Case{"1 4", "\"4\" is not index:value"},
+        Case{"1 -2:1", "is not index:value"}, Case{"y 1:1", "label \"y\""}}) {
+    const std::string path = Write("bad.svm", "0 1:1\n" + c.line + "\n");
+    absl::StatusOr<Examples> e = ReadLibSvm(path, {});
+    ASSERT_FALSE(e.ok()) << c.line;
+    EXPECT_THAT(std::string(e.status().message()), HasSubstr(path + ":2: "));
+    EXPECT_THAT(std::string(e.status().message()), HasSubstr(c.message)) << c.line;
+    e = ReadLibSvm(path, Skip());
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->size(), 1);
+    EXPECT_THAT(e->sparse_keys, ElementsAre(1)) << "a dropped line leaves no feature behind";
+  }
+}
+
+std::string CriteoLine(const std::string& label, const std::string& i1, const std::string& c1) {
+  std::string line = label + "\t" + i1;
+  for (int i = 1; i < kCriteoDense; ++i) line += "\t" + std::to_string(i);
+  line += "\t" + c1;
+  for (int i = 1; i < kCriteoCategorical; ++i) line += "\t0000000" + std::to_string(i % 10);
+  return line + "\n";
+}
+
+TEST_F(TextReaderTest, CriteoDenseAndCategorical) {
+  const std::string path =
+      Write("c.tsv", CriteoLine("1", "", "68fd1e64") + CriteoLine("0", "-2", "") +
+                         CriteoLine("0", "9", "68fd1e64"));
+  absl::StatusOr<Examples> e = ReadCriteo(path, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->labels, ElementsAre(1, 0, 0));
+  ASSERT_EQ(e->dense.cols(), kCriteoDense);
+  EXPECT_FLOAT_EQ(e->dense(0, 0), 0.0f);  // missing
+  EXPECT_FLOAT_EQ(e->dense(1, 0), 0.0f);  // negative
+  EXPECT_FLOAT_EQ(e->dense(2, 0), std::log1p(9.0f));
+  EXPECT_FLOAT_EQ(e->dense(0, 1), std::log1p(1.0f));
+  EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 26, 52, 78));
+  EXPECT_EQ(e->sparse_keys[0], CategoricalKey(0, 0x68fd1e64, false));
+  EXPECT_EQ(e->sparse_keys[0], e->sparse_keys[52]) << "the same value of a field, the same key";
+  EXPECT_EQ(e->sparse_keys[26], CategoricalKey(0, 0, true));
+  EXPECT_NE(CategoricalKey(0, 0, true), CategoricalKey(0, 0, false));
+  EXPECT_NE(CategoricalKey(0, 5, false), CategoricalKey(1, 5, false))
+      << "equal values of different fields are different features";
+  EXPECT_EQ(e->sparse_fields[27], 1);
+}
+
+TEST_F(TextReaderTest, CriteoBadLines) {
+  std::string short_line = CriteoLine("1", "3", "68fd1e64");
+  short_line.erase(short_line.rfind('\t'));
+  struct Case {
+    std::string line, message;
+  };
+  for (const Case& c : {Case{short_line + "\n", "expected 40 tab-separated fields"},
+                        Case{CriteoLine("2", "3", "68fd1e64"), "label \"2\" is not 0 or 1"},
+                        Case{CriteoLine("1", "3.5", "68fd1e64"), "I1 \"3.5\" is not an integer"},
+                        Case{CriteoLine("1", "3", "68fd1e6g"), "C1 \"68fd1e6g\" is not 8 hex"},
+                        Case{CriteoLine("1", "3", "68fd1e6"), "C1 \"68fd1e6\" is not 8 hex"}}) {
+    const std::string path = Write("bad.tsv", CriteoLine("0", "1", "00000001") + c.line);
+    absl::StatusOr<Examples> e = ReadCriteo(path, {});
+    ASSERT_FALSE(e.ok()) << c.line;
+    EXPECT_THAT(std::string(e.status().message()), HasSubstr(path + ":2: "));
+    EXPECT_THAT(std::string(e.status().message()), HasSubstr(c.message));
+    e = ReadCriteo(path, Skip());
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->size(), 1);
+    EXPECT_EQ(e->bad_lines_skipped, 1);
+    EXPECT_EQ(e->sparse_keys.size(), 26u);
+  }
+}
+
+TEST_F(TextReaderTest, MissingFileAndDirectoryAndMaxRows) {
+  EXPECT_TRUE(absl::IsNotFound(ReadCriteo((dir_ / "none.tsv").string(), {}).status()));
+  EXPECT_THAT(std::string(ReadLibSvm(dir_.string(), {}).status().message()),
+              HasSubstr("is a directory"));
+  const std::string path = Write("m.svm", "1 1:1\n0 2:1\n1 3:1\n");
+  TextOptions o;
+  o.max_rows = 2;
+  absl::StatusOr<Examples> e = ReadLibSvm(path, o);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->size(), 2);
+}
+
+}  // namespace
+}  // namespace pstrain
