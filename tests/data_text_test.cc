@@ -55,10 +55,10 @@ TEST_F(TextReaderTest, CsvWithHeaderAndLabelColumn) {
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->size(), 3);
   EXPECT_THAT(e->labels, ElementsAre(0, 1, 1));
-  ASSERT_EQ(e->dense.cols(), 2);
-  EXPECT_FLOAT_EQ(e->dense(0, 0), 1.5f);
-  EXPECT_FLOAT_EQ(e->dense(1, 1), 40.0f);
-  EXPECT_FLOAT_EQ(e->dense(2, 0), 5.0f);
+  ASSERT_EQ(e->dense_dim, 2);
+  EXPECT_FLOAT_EQ(e->dense_row(0)[0], 1.5f);
+  EXPECT_FLOAT_EQ(e->dense_row(1)[1], 40.0f);
+  EXPECT_FLOAT_EQ(e->dense_row(2)[0], 5.0f);
   EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 0, 0, 0));
 }
 
@@ -67,7 +67,7 @@ TEST_F(TextReaderTest, CsvWithoutHeaderReadsTheFirstLine) {
   absl::StatusOr<Examples> e = ReadCsv(path, {}, {});
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_THAT(e->labels, ElementsAre(1, 0));
-  EXPECT_FLOAT_EQ(e->dense(1, 0), 0.25f);
+  EXPECT_FLOAT_EQ(e->dense_row(1)[0], 0.25f);
 }
 
 TEST_F(TextReaderTest, CsvBadLinesNameFileAndLine) {
@@ -80,7 +80,7 @@ TEST_F(TextReaderTest, CsvBadLinesNameFileAndLine) {
   EXPECT_EQ(e->size(), 2);
   EXPECT_EQ(e->bad_lines_skipped, 3);
   EXPECT_THAT(e->labels, ElementsAre(1, 1));
-  EXPECT_FLOAT_EQ(e->dense(0, 1), 3.0f);
+  EXPECT_FLOAT_EQ(e->dense_row(0)[1], 3.0f);
   CsvOptions csv;
   csv.label_column = 5;
   EXPECT_THAT(std::string(ReadCsv(path, csv, {}).status().message()), HasSubstr("label column 5"));
@@ -94,7 +94,7 @@ TEST_F(TextReaderTest, LibSvmSparseRows) {
   EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 2, 2, 3));
   EXPECT_THAT(e->sparse_keys, ElementsAre(1, 7, 3));
   EXPECT_THAT(e->sparse_values, ElementsAre(0.5f, 2.0f, 1.25f));
-  EXPECT_EQ(e->dense.cols(), 0);
+  EXPECT_EQ(e->dense_dim, 0);
 }
 
 TEST_F(TextReaderTest, LibSvmBadLines) {
@@ -133,11 +133,11 @@ TEST_F(TextReaderTest, CriteoDenseAndCategorical) {
   absl::StatusOr<Examples> e = ReadCriteo(path, {});
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_THAT(e->labels, ElementsAre(1, 0, 0));
-  ASSERT_EQ(e->dense.cols(), kCriteoDense);
-  EXPECT_FLOAT_EQ(e->dense(0, 0), 0.0f);  // missing
-  EXPECT_FLOAT_EQ(e->dense(1, 0), 0.0f);  // negative
-  EXPECT_FLOAT_EQ(e->dense(2, 0), std::log1p(9.0f));
-  EXPECT_FLOAT_EQ(e->dense(0, 1), std::log1p(1.0f));
+  ASSERT_EQ(e->dense_dim, kCriteoDense);
+  EXPECT_FLOAT_EQ(e->dense_row(0)[0], 0.0f);  // missing
+  EXPECT_FLOAT_EQ(e->dense_row(1)[0], 0.0f);  // negative
+  EXPECT_FLOAT_EQ(e->dense_row(2)[0], std::log1p(9.0f));
+  EXPECT_FLOAT_EQ(e->dense_row(0)[1], std::log1p(1.0f));
   EXPECT_THAT(e->sparse_offsets, ElementsAre(0, 26, 52, 78));
   EXPECT_EQ(e->sparse_keys[0], CategoricalKey(0, 0x68fd1e64, false));
   EXPECT_EQ(e->sparse_keys[0], e->sparse_keys[52]) << "the same value of a field, the same key";

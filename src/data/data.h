@@ -7,6 +7,7 @@
 
 #include "Eigen/Core"
 #include "absl/status/statusor.h"
+#include "common/examples.h"
 
 namespace pstrain {
 
@@ -37,22 +38,6 @@ absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& spl
 
 // The number of examples of split `split` in `dir`, from its label file alone.
 absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split);
-
-using DenseMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// A table of examples as the text readers produce it: dense float features, sparse features
-// (categorical ids or indexed values) in compressed-row form, and one label per row.
-struct Examples {
-  DenseMatrix dense;  // rows x dense features (0 columns when the format has none)
-  // Row r's sparse features are [sparse_offsets[r], sparse_offsets[r + 1]); rows + 1 entries.
-  std::vector<int64_t> sparse_offsets;
-  std::vector<uint64_t> sparse_keys;   // LibSVM: the feature index; Criteo: CategoricalKey()
-  std::vector<float> sparse_values;    // LibSVM: the value; Criteo: 1
-  std::vector<int32_t> sparse_fields;  // the column a feature came from (LibSVM: 0)
-  std::vector<float> labels;           // as written (CSV, LibSVM), or 0/1 (Criteo)
-  int64_t bad_lines_skipped = 0;       // lines dropped under TextOptions::BadLines::kSkip
-  int64_t size() const { return static_cast<int64_t>(labels.size()); }
-};
 
 struct TextOptions {
   // A malformed line stops the read with an error "file:line: what" (kStop), or is dropped and

@@ -75,8 +75,8 @@ class LineReader {
 // Builds an Examples table row by row; a row is either finished or dropped as a whole.
 class TableBuilder {
  public:
-  explicit TableBuilder(int dense_dim) : dense_dim_(dense_dim) { out_.sparse_offsets.push_back(0); }
-  void AddDense(float v) { dense_.push_back(v); }
+  explicit TableBuilder(int dense_dim) { out_.dense_dim = dense_dim; }
+  void AddDense(float v) { out_.dense.push_back(v); }
   void AddSparse(uint64_t key, float value, int32_t field) {
     out_.sparse_keys.push_back(key);
     out_.sparse_values.push_back(value);
@@ -85,26 +85,22 @@ class TableBuilder {
   void FinishRow(float label) {
     out_.labels.push_back(label);
     out_.sparse_offsets.push_back(static_cast<int64_t>(out_.sparse_keys.size()));
-    row_dense_ = dense_.size();
+    row_dense_ = out_.dense.size();
   }
   // Forgets what the current row added.
   void DropRow() {
-    dense_.resize(row_dense_);
+    out_.dense.resize(row_dense_);
     const size_t keep = static_cast<size_t>(out_.sparse_offsets.back());
     out_.sparse_keys.resize(keep);
     out_.sparse_values.resize(keep);
     out_.sparse_fields.resize(keep);
   }
   Examples Finish(int64_t skipped) {
-    const int64_t rows = static_cast<int64_t>(out_.labels.size());
-    out_.dense = Eigen::Map<const DenseMatrix>(dense_.data(), rows, dense_dim_);
     out_.bad_lines_skipped = skipped;
     return std::move(out_);
   }
 
  private:
-  const int dense_dim_;
-  std::vector<float> dense_;
   size_t row_dense_ = 0;
   Examples out_;
 };
