@@ -98,13 +98,12 @@ float Mlp::ForwardBackward(const std::vector<const float*>& params,
   return loss;
 }
 
-double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
-                     const int32_t* labels) {
+void Mlp::Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                   std::vector<int32_t>* classes) {
   assert(params.size() == params_.size());
   assert(x.cols() == widths_.front());
   const Eigen::Index n = x.rows();
-  if (n == 0) return 0.0;
-  int64_t correct = 0;
+  classes->resize(n);
   for (Eigen::Index start = 0; start < n; start += kEvalChunk) {
     const Eigen::Index len = std::min(kEvalChunk, n - start);
     Forward(widths_, params, x.middleRows(start, len), &acts_);
@@ -112,9 +111,19 @@ double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<c
     for (Eigen::Index r = 0; r < len; ++r) {
       Eigen::Index best = 0;
       logits.row(r).maxCoeff(&best);
-      if (best == labels[start + r]) ++correct;
+      (*classes)[start + r] = static_cast<int32_t>(best);
     }
   }
+}
+
+double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                     const int32_t* labels) {
+  const Eigen::Index n = x.rows();
+  if (n == 0) return 0.0;
+  std::vector<int32_t> classes;
+  Classify(params, x, &classes);
+  int64_t correct = 0;
+  for (Eigen::Index r = 0; r < n; ++r) correct += classes[r] == labels[r];
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 

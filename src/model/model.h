@@ -1,4 +1,5 @@
-// Layers with explicit backward passes and the MLP built from them. Public header of src/model.
+// Models behind one interface (the MLP, logistic regression, Wide & Deep), the layers with
+// explicit backward passes they are built from, and initializers. Public header of src/model.
 //
 // All matrices are row-major; a batch is a matrix with one example per row. Parameters are not
 // owned by the model: callers pass pointers to their values (pulled from parameter servers), so a
@@ -7,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "Eigen/Core"
 #include "absl/status/statusor.h"
+#include "common/examples.h"
 #include "common/tensor.h"
 
 namespace pstrain {
@@ -63,6 +66,10 @@ class Mlp {
   float ForwardBackward(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                         const int32_t* labels, std::vector<Tensor>* grads);
 
+  // The arg-max class of every row of x, in chunks.
+  void Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                std::vector<int32_t>* classes);
+
   // Fraction of rows of x whose arg-max logit equals the label; evaluates in chunks.
   double Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                   const int32_t* labels);
@@ -92,5 +99,75 @@ struct Initializer {
 // receptive-field rule for higher ranks. InvalidArgument for an unknown kind, low >= high,
 // stddev <= 0, a non-finite parameter, a negative dimension or more than 2^31 elements.
 absl::StatusOr<Tensor> MakeInitialValue(const std::vector<int64_t>& shape, const Initializer& init);
+
+// ---- The model interface: what the trainer, the chief's evaluation and the benchmarks use. ----
+
+// An embedding table on the parameter servers: rows of `dim` floats keyed by uint64 ids, a row
+// created on first touch from `initializer` seeded by (initializer.seed, key).
+struct TableSpec {
+  std::string name;
+  int dim = 0;
+  Initializer initializer;
+};
+
+// kClassification: labels are class indices, the metric is accuracy. kBinary: labels are 0/1
+// (a label > 0 counts as 1), the output a probability, the metrics AUC and log loss.
+enum class ModelTask { kClassification, kBinary };
+
+struct ModelConfig {
+  std::string kind = "mlp";              // mlp, linear or wide_deep
+  int dense_features = 0;                // dense inputs per example
+  int num_classes = 10;                  // mlp
+  std::vector<int> hidden = {256, 128};  // mlp, and the deep part of wide_deep
+  int categorical_fields = 0;            // wide_deep: sparse fields 0..n-1 (Criteo: 26)
+  int embedding_dim = 8;                 // wide_deep
+  bool shared_embedding = false;         // wide_deep: one table for every field, not one per field
+};
+
+// What the parameter servers returned for one batch.
+struct ModelInputs {
+  std::vector<const float*> params;  // values of params(), in order
+  std::vector<const float*> rows;    // per table: the rows of TouchedKeys()[t], in that order
+};
+
+// Gradients of one batch's mean loss.
+struct ModelGrads {
+  std::vector<Tensor> params;            // per parameter, shaped as it
+  std::vector<std::vector<float>> rows;  // per table: one summed row per key of TouchedKeys()[t]
+};
+
+// Not thread-safe: one per thread. Parameter values are never owned by a model.
+class Model {
+ public:
+  // InvalidArgument naming the bad field for an unknown kind or bad sizes.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config);
+  virtual ~Model() = default;
+
+  virtual ModelTask task() const = 0;
+  virtual const std::vector<ParamSpec>& params() const = 0;
+  virtual const std::vector<TableSpec>& tables() const = 0;
+  // Initial values of params(), deterministic for a seed.
+  virtual std::vector<Tensor> Initialize(uint64_t seed) const = 0;
+
+  // Per table, the distinct keys `batch` touches, ascending: the rows to look up before
+  // ForwardBackward or Predict on the same batch. Valid until the next call.
+  virtual const std::vector<std::vector<uint64_t>>& TouchedKeys(const Examples& batch) = 0;
+  // Forward and backward over `batch` (TouchedKeys must have been called on it last); fills
+  // *grads and returns the mean loss.
+  virtual float ForwardBackward(const ModelInputs& in, const Examples& batch,
+                                ModelGrads* grads) = 0;
+  // Per row: the predicted class (kClassification) or the probability of label 1 (kBinary).
+  virtual void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) = 0;
+};
+
+struct Metrics {
+  int64_t examples = 0;
+  double accuracy = 0;  // kClassification
+  double auc = 0;       // kBinary: area under the ROC curve (ties count half; 0 if one class)
+  double log_loss = 0;  // kBinary: mean binary cross-entropy, probabilities clipped to 1e-7
+};
+// The metrics of `task` for predictions as Predict writes them against `labels`.
+Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
+                 const std::vector<float>& labels);
 
 }  // namespace pstrain

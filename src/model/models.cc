@@ -1,0 +1,91 @@
+// Model::Create, and the MLP behind the model interface.
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "model/model_internal.h"
+
+namespace pstrain {
+namespace {
+
+// Softmax classification of the dense features; no tables.
+class MlpModel final : public Model {
+ public:
+  explicit MlpModel(std::vector<int> widths) : mlp_(std::move(widths)) {}
+
+  ModelTask task() const override { return ModelTask::kClassification; }
+  const std::vector<ParamSpec>& params() const override { return mlp_.params(); }
+  const std::vector<TableSpec>& tables() const override { return no_tables_; }
+  std::vector<Tensor> Initialize(uint64_t seed) const override { return mlp_.Initialize(seed); }
+  const std::vector<std::vector<uint64_t>>& TouchedKeys(const Examples&) override {
+    return no_keys_;
+  }
+
+  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g) override {
+    labels_.assign(batch.labels.begin(), batch.labels.end());
+    g->rows.clear();
+    return mlp_.ForwardBackward(in.params, Dense(batch), labels_.data(), &g->params);
+  }
+
+  void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
+    mlp_.Classify(in.params, Dense(batch), &classes_);
+    out->assign(classes_.begin(), classes_.end());
+  }
+
+ private:
+  ConstMatrixMap Dense(const Examples& batch) const {
+    return ConstMatrixMap(batch.dense.data(), batch.size(), batch.dense_dim);
+  }
+
+  Mlp mlp_;
+  const std::vector<TableSpec> no_tables_;
+  const std::vector<std::vector<uint64_t>> no_keys_;
+  std::vector<int32_t> labels_, classes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> MakeMlpModel(const ModelConfig& c) {
+  std::vector<int> widths = {c.dense_features};
+  widths.insert(widths.end(), c.hidden.begin(), c.hidden.end());
+  widths.push_back(c.num_classes);
+  return std::make_unique<MlpModel>(std::move(widths));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& c) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", c.kind, ": ", parts...));
+  };
+  constexpr int kMaxWidth = 1 << 20;
+  if (c.dense_features < 0 || c.dense_features > kMaxWidth) {
+    return bad("dense_features ", c.dense_features, " is out of range [0, ", kMaxWidth, "]");
+  }
+  for (int h : c.hidden) {
+    if (h <= 0 || h > kMaxWidth)
+      return bad("hidden width ", h, " is out of range [1, ", kMaxWidth, "]");
+  }
+  if (c.kind == "mlp") {
+    if (c.dense_features < 1) return bad("needs dense features");
+    if (c.num_classes < 2 || c.num_classes > kMaxWidth) {
+      return bad("num_classes ", c.num_classes, " must be at least 2");
+    }
+    return MakeMlpModel(c);
+  }
+  if (c.kind == "linear") return MakeLinearModel(c);
+  if (c.kind == "wide_deep") {
+    if (c.categorical_fields < 0 || c.categorical_fields > 4096) {
+      return bad("categorical_fields ", c.categorical_fields, " is out of range [0, 4096]");
+    }
+    if (c.embedding_dim < 1 || c.embedding_dim > 4096) {
+      return bad("embedding_dim ", c.embedding_dim, " is out of range [1, 4096]");
+    }
+    if (c.dense_features + static_cast<int64_t>(c.categorical_fields) * c.embedding_dim >
+        kMaxWidth) {
+      return bad("the deep part's input (dense features + fields x embedding_dim) is too wide");
+    }
+    if (c.dense_features + c.categorical_fields == 0) return bad("has no input");
+    return MakeWideDeepModel(c);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model \"", c.kind, "\" (known: mlp, linear, wide_deep)"));
+}
+
+}  // namespace pstrain

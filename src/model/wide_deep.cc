@@ -1,0 +1,168 @@
+// Wide & Deep (Cheng et al. 2016) for click-through rate:
+//  - wide: one weight per sparse feature (a dim-1 table) plus a bias;
+//  - deep: per categorical field an embedding (one table per field, or one shared table), the
+//    value-weighted sum of the field's features, concatenated after the dense features, then an
+//    MLP (ReLU hidden layers) to one logit.
+//   logit = wide + deep, loss = mean sigmoid cross-entropy.
+// Features whose field is outside [0, categorical_fields) feed the wide part only.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/model_internal.h"
+
+namespace pstrain {
+namespace {
+
+class WideDeepModel final : public Model {
+ public:
+  explicit WideDeepModel(const ModelConfig& c)
+      : dense_(c.dense_features),
+        fields_(c.categorical_fields),
+        dim_(c.embedding_dim),
+        shared_(c.shared_embedding) {
+    widths_.push_back(dense_ + fields_ * dim_);
+    widths_.insert(widths_.end(), c.hidden.begin(), c.hidden.end());
+    widths_.push_back(1);
+    params_.push_back({"wide/bias", {1}});
+    for (size_t i = 0; i + 1 < widths_.size(); ++i) {
+      params_.push_back({absl::StrCat("deep/dense", i, "/kernel"), {widths_[i], widths_[i + 1]}});
+      params_.push_back({absl::StrCat("deep/dense", i, "/bias"), {widths_[i + 1]}});
+    }
+    tables_.push_back({"wide", 1, Initializer{}});
+    Initializer emb;
+    emb.kind = "truncated_normal";
+    emb.stddev = 1.0 / std::sqrt(static_cast<double>(dim_));
+    const int tables = shared_ ? 1 : fields_;
+    for (int t = 0; t < tables; ++t) {
+      emb.seed = 1000 + t;
+      tables_.push_back({shared_ ? "embedding" : absl::StrCat("embedding/C", t + 1), dim_, emb});
+    }
+    acts_.resize(widths_.size() - 1);
+    dacts_.resize(widths_.size() - 1);
+  }
+
+  ModelTask task() const override { return ModelTask::kBinary; }
+  const std::vector<ParamSpec>& params() const override { return params_; }
+  const std::vector<TableSpec>& tables() const override { return tables_; }
+
+  std::vector<Tensor> Initialize(uint64_t seed) const override {
+    std::vector<Tensor> out;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      Initializer init;
+      if (params_[k].shape.size() == 2) {
+        init.kind = "glorot_uniform";
+        init.seed = seed * 1000003 + k;
+      }
+      out.push_back(*MakeInitialValue(params_[k].shape, init));
+    }
+    return out;
+  }
+
+  const std::vector<std::vector<uint64_t>>& TouchedKeys(const Examples& batch) override {
+    wide_.Build(batch, 1, [](int32_t) { return 0; });
+    deep_.Build(batch, shared_ ? 1 : fields_, [this](int32_t f) {
+      if (f < 0 || f >= fields_) return -1;
+      return shared_ ? 0 : static_cast<int>(f);
+    });
+    keys_.assign(1, wide_.keys()[0]);
+    keys_.insert(keys_.end(), deep_.keys().begin(), deep_.keys().end());
+    return keys_;
+  }
+
+  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g) override {
+    Forward(in, batch);
+    const float loss = SigmoidCrossEntropy(logits_, batch.labels.data(), &dlogits_);
+    g->params.resize(params_.size());
+    for (size_t k = 0; k < params_.size(); ++k) g->params[k] = Tensor(params_[k].shape, 0.0f);
+    g->rows.resize(keys_.size());
+    for (size_t t = 0; t < keys_.size(); ++t) {
+      g->rows[t].assign(keys_[t].size() * tables_[t].dim, 0.0f);
+    }
+    const int64_t n = batch.size();
+    // Wide part.
+    for (int64_t r = 0; r < n; ++r) {
+      g->params[0].values[0] += dlogits_[r];
+      for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
+        g->rows[0][wide_.row(j)] += batch.sparse_values[j] * dlogits_[r];
+      }
+    }
+    // Deep part: back through the layers to the input, then into the embedding rows.
+    const size_t layers = widths_.size() - 1;
+    dacts_[layers - 1] = Eigen::Map<const Matrix>(dlogits_.data(), n, 1);
+    for (size_t i = layers; i-- > 0;) {
+      ConstMatrixMap w(in.params[1 + 2 * i], widths_[i], widths_[i + 1]);
+      float* dw = g->params[1 + 2 * i].data();
+      float* db = g->params[2 + 2 * i].data();
+      const Matrix& below = i == 0 ? input_ : acts_[i - 1];
+      Matrix* dbelow = i == 0 ? &dinput_ : &dacts_[i - 1];
+      layers::DenseBackward(below, w, dacts_[i], dbelow, dw, db);
+      if (i > 0) layers::ReluBackward(acts_[i - 1], &dacts_[i - 1]);
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
+        const int t = deep_.table(j);
+        if (t < 0) continue;
+        float* drow = g->rows[1 + t].data() + deep_.row(j) * dim_;
+        const float* dx = dinput_.row(r).data() + dense_ + batch.sparse_fields[j] * dim_;
+        for (int c = 0; c < dim_; ++c) drow[c] += batch.sparse_values[j] * dx[c];
+      }
+    }
+    return loss;
+  }
+
+  void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
+    Forward(in, batch);
+    out->resize(logits_.size());
+    for (size_t r = 0; r < logits_.size(); ++r) (*out)[r] = Sigmoid(logits_[r]);
+  }
+
+ private:
+  void Forward(const ModelInputs& in, const Examples& batch) {
+    const int64_t n = batch.size();
+    input_.setZero(n, widths_[0]);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int c = 0; c < dense_; ++c) input_(r, c) = batch.dense_row(r)[c];
+      for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
+        const int t = deep_.table(j);
+        if (t < 0) continue;
+        const float* row = in.rows[1 + t] + deep_.row(j) * dim_;
+        float* x = input_.row(r).data() + dense_ + batch.sparse_fields[j] * dim_;
+        for (int c = 0; c < dim_; ++c) x[c] += batch.sparse_values[j] * row[c];
+      }
+    }
+    const size_t layers = widths_.size() - 1;
+    for (size_t i = 0; i < layers; ++i) {
+      ConstMatrixMap w(in.params[1 + 2 * i], widths_[i], widths_[i + 1]);
+      layers::DenseForward(i == 0 ? input_ : acts_[i - 1], w, in.params[2 + 2 * i], &acts_[i]);
+      if (i + 1 < layers) layers::ReluForward(&acts_[i]);
+    }
+    const float bias = in.params[0][0];
+    logits_.resize(n);
+    for (int64_t r = 0; r < n; ++r) {
+      float l = bias + acts_[layers - 1](r, 0);
+      for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
+        l += batch.sparse_values[j] * in.rows[0][wide_.row(j)];
+      }
+      logits_[r] = l;
+    }
+  }
+
+  const int dense_, fields_, dim_;
+  const bool shared_;
+  std::vector<int> widths_;  // deep part: input, hidden..., 1
+  std::vector<ParamSpec> params_;
+  std::vector<TableSpec> tables_;
+  SparseIndex wide_, deep_;
+  std::vector<std::vector<uint64_t>> keys_;  // wide, then the embedding tables
+  Matrix input_, dinput_;
+  std::vector<Matrix> acts_, dacts_;
+  std::vector<float> logits_, dlogits_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> MakeWideDeepModel(const ModelConfig& config) {
+  return std::make_unique<WideDeepModel>(config);
+}
+
+}  // namespace pstrain
