@@ -1,8 +1,8 @@
 // SparseIndex, the sigmoid loss, and the metrics shared by every model.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
+#include "common/metrics.h"
 #include "model/model_internal.h"
 
 namespace pstrain {
@@ -61,36 +61,8 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
     m.accuracy = static_cast<double>(correct) / static_cast<double>(n);
     return m;
   }
-  double loss = 0;
-  for (size_t r = 0; r < n; ++r) {
-    const double p = std::clamp(static_cast<double>(predictions[r]), 1e-7, 1.0 - 1e-7);
-    loss -= labels[r] > 0 ? std::log(p) : std::log(1.0 - p);
-  }
-  m.log_loss = loss / static_cast<double>(n);
-  // AUC as the Mann-Whitney statistic: ranks of the positives, ties sharing their mean rank.
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return predictions[a] < predictions[b]; });
-  double positive_rank_sum = 0;
-  int64_t positives = 0;
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j < n && predictions[order[j]] == predictions[order[i]]) ++j;
-    const double rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2.0;
-    for (size_t k = i; k < j; ++k) {
-      if (labels[order[k]] > 0) {
-        positive_rank_sum += rank;
-        ++positives;
-      }
-    }
-    i = j;
-  }
-  const int64_t negatives = static_cast<int64_t>(n) - positives;
-  if (positives > 0 && negatives > 0) {
-    m.auc = (positive_rank_sum - static_cast<double>(positives) * (positives + 1) / 2.0) /
-            (static_cast<double>(positives) * static_cast<double>(negatives));
-  }
+  m.log_loss = LogLoss(predictions, labels);
+  m.auc = Auc(predictions, labels);
   return m;
 }
 
