@@ -233,11 +233,11 @@ TEST(ConfigureTest, BadConfigurationsSayWhy) {
     const char* message;
   };
   for (const Case& c : std::vector<Case>{
-           {"eventual", 2, 0, 0, "unknown mode \"eventual\" (known: async, sync, ssp)"},
+           {"eventual", 2, 0, 0, "unknown mode 'eventual' (known: async, sync, ssp)"},
            {"sync", 2, 3, 0, "replicas_to_aggregate 3 must be in [1, 2]"},
            {"sync", 2, 0, 0, "replicas_to_aggregate 0 must be in [1, 2]"},
            {"ssp", 2, 0, -1, "staleness -1 must be non-negative"},
-           {"async", 0, 0, 0, "num_workers 0 must be at least 1"}}) {
+           {"async", 0, 0, 0, "num_workers 0 must be in [1, 4096]"}}) {
     std::unique_ptr<ParameterServer> ps = *ParameterServer::Create({});
     ConfigureRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);

@@ -10,7 +10,6 @@
 #include "absl/status/status.h"
 #include "common/rpc.h"
 #include "ps/ps.h"
-#include "ps/ps_internal.h"
 
 namespace pstrain {
 namespace {
@@ -24,6 +23,12 @@ class ParameterServerServiceImpl final : public ParameterServerService::Callback
                                             const CreateVariablesRequest* req,
                                             CreateVariablesResponse* resp) override {
     return Finish(ctx, ps_->CreateVariables(*req, resp));
+  }
+
+  grpc::ServerUnaryReactor* DeleteVariables(grpc::CallbackServerContext* ctx,
+                                            const DeleteVariablesRequest* req,
+                                            DeleteVariablesResponse* resp) override {
+    return Finish(ctx, ps_->DeleteVariables(*req, resp));
   }
 
   grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx, const ConfigureRequest* req,
@@ -55,11 +60,12 @@ class ParameterServerServiceImpl final : public ParameterServerService::Callback
     return Finish(ctx, ps_->Push(*req, resp));
   }
 
-  // Calls on_shutdown once, for the first request with a sender; later ones just return OK. It
-  // runs on a gRPC thread inside this call, so it must not wait for the server to shut down.
+  // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);
+  // later ones just return OK. It runs on a gRPC thread inside this call, so it must not wait for
+  // the server to shut down.
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const ShutdownRequest* req,
                                      ShutdownResponse* resp) override {
-    absl::Status status = CheckSender(req->has_sender(), req->sender());
+    absl::Status status = ps_->CheckShutdown(*req);
     if (status.ok() && !shutdown_called_.exchange(true) && on_shutdown_) {
       on_shutdown_(req->reason(), req->job_succeeded());
     }
