@@ -202,8 +202,11 @@ void Consistency::PullOrWait(const Sender& sender, int64_t clock, Wait w) {
   {
     absl::MutexLock lock(&mu_);
     const int slot = SlotLocked(sender);
-    if (mode_ == Mode::kSsp && slot >= 0 && states_[slot] != WorkerState::kLeft) {
-      clocks_[slot] = std::max(clocks_[slot], clock);
+    bool clock_moved = false;
+    if (mode_ == Mode::kSsp && slot >= 0 && states_[slot] != WorkerState::kLeft &&
+        clock > clocks_[slot]) {
+      clocks_[slot] = clock;
+      clock_moved = true;
     }
     if (w.ready()) {
       ready.push_back({std::move(w), absl::InfiniteFuture()});
@@ -216,7 +219,7 @@ void Consistency::PullOrWait(const Sender& sender, int64_t clock, Wait w) {
       counters.pulls_waited++;
       pending_.push_back({std::move(w), absl::Now() + wait_timeout_});
     }
-    ServeReady(&ready);  // a clock that moved may release others
+    if (clock_moved) ServeReady(&ready);  // a clock that moved may release others
   }
   if (!refused.ok()) w.serve(refused);
   for (Pending& p : ready) p.wait.serve(absl::OkStatus());
