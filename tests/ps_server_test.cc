@@ -12,10 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
 
@@ -524,6 +527,34 @@ TEST_F(ParameterServerGrpcTest, DeleteVariablesRemovesThemForTheChiefOnly) {
   grpc::ClientContext ctx;
   EXPECT_EQ(stub_->Pull(&ctx, PullReq("c"), &pulled).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(PullOne(stub_.get(), "a").version, 0u);
+}
+
+// Bytes that are not a valid message, sent to each method as a raw call.
+TEST_F(ParameterServerGrpcTest, AnUnparseableRequestIsInvalidArgumentWithAMessage) {
+  grpc::GenericStub generic(MakeChannel(address_));
+  for (const char* method : {"Configure", "CreateVariables", "DeleteVariables", "Pull", "Push",
+                             "Leave", "Stats", "Shutdown"}) {
+    SCOPED_TRACE(method);
+    grpc::Slice slice(std::string("\xff\xff\xff\xff\x0f"));
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, absl::StrCat("/pstrain.ParameterServerService/", method),
+                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(),
+                AllOf(HasSubstr(absl::StrCat(method,
+                                             " request of 5 bytes is not a valid "
+                                             "pstrain.")),
+                      HasSubstr("Request")));
+  }
+  EXPECT_EQ(shutdown_calls_.load(), 0);
+  EXPECT_EQ(PullOne(stub_.get(), "c").version, 0u);
 }
 
 }  // namespace
