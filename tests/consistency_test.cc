@@ -3,9 +3,9 @@
 #include <atomic>
 #include <thread>
 
-#include "common/tensor_codec.h"
 #include "client/client.h"
 #include "common/rpc.h"
+#include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -232,12 +232,12 @@ TEST(ConfigureTest, BadConfigurationsSayWhy) {
     int workers, replicas, staleness;
     const char* message;
   };
-  for (const Case& c : std::vector<Case>{
-           {"eventual", 2, 0, 0, "unknown mode \"eventual\" (known: async, sync, ssp)"},
-           {"sync", 2, 3, 0, "replicas_to_aggregate 3 must be in [1, 2]"},
-           {"sync", 2, 0, 0, "replicas_to_aggregate 0 must be in [1, 2]"},
-           {"ssp", 2, 0, -1, "staleness -1 must be non-negative"},
-           {"async", 0, 0, 0, "num_workers 0 must be at least 1"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"eventual", 2, 0, 0, "unknown mode 'eventual' (known: async, sync, ssp)"},
+                         {"sync", 2, 3, 0, "replicas_to_aggregate 3 must be in [1, 2]"},
+                         {"sync", 2, 0, 0, "replicas_to_aggregate 0 must be in [1, 2]"},
+                         {"ssp", 2, 0, -1, "staleness -1 must be non-negative"},
+                         {"async", 0, 0, 0, "num_workers 0 must be in [1, 4096]"}}) {
     std::unique_ptr<ParameterServer> ps = *ParameterServer::Create({});
     ConfigureRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);

@@ -12,10 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
 
@@ -345,10 +348,12 @@ class ParameterServerGrpcTest : public testing::Test {
  protected:
   void SetUp() override {
     ps_ = *ParameterServer::Create({.task = 1});
-    service_ = MakeParameterServerService(ps_.get(), [this](const std::string& reason, bool) {
-      ++shutdown_calls_;
-      shutdown_reason_ = reason;
-    });
+    service_ = MakeParameterServerService(ps_.get(),
+                                          [this](const std::string& reason, bool job_succeeded) {
+                                            ++shutdown_calls_;
+                                            shutdown_reason_ = reason;
+                                            shutdown_succeeded_ = job_succeeded;
+                                          });
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -373,6 +378,7 @@ class ParameterServerGrpcTest : public testing::Test {
   std::unique_ptr<ParameterServerService::Stub> stub_;
   std::atomic<int> shutdown_calls_{0};
   std::string shutdown_reason_;
+  std::atomic<bool> shutdown_succeeded_{true};
 };
 
 TEST_F(ParameterServerGrpcTest, ConcurrentPushesFromManyChannelsAreNeverLost) {
@@ -420,13 +426,21 @@ TEST_F(ParameterServerGrpcTest, UnknownVariableIsNotFound) {
   EXPECT_THAT(s.error_message(), AllOf(HasSubstr("'zzz'"), HasSubstr("ps task 1")));
 }
 
-TEST_F(ParameterServerGrpcTest, ShutdownCallsCallbackOnce) {
+TEST_F(ParameterServerGrpcTest, ShutdownCallsCallbackOnceAndOnlyFromTheChief) {
   ShutdownRequest req;
   req.set_reason("training done");
+  req.set_job_succeeded(false);
   ShutdownResponse resp;
   {
     grpc::ClientContext ctx;  // no sender: rejected, callback not called
     EXPECT_EQ(stub_->Shutdown(&ctx, req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  for (const char* job : {"nobody", "worker", "ps"}) {
+    *req.mutable_sender() = MakeSender(job, 0);
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Shutdown(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << job;
+    EXPECT_THAT(s.error_message(), AllOf(HasSubstr("Shutdown from"), HasSubstr("ps task 1")));
   }
   EXPECT_EQ(shutdown_calls_.load(), 0);
   *req.mutable_sender() = MakeSender("chief", 0);
@@ -434,9 +448,113 @@ TEST_F(ParameterServerGrpcTest, ShutdownCallsCallbackOnce) {
     grpc::ClientContext ctx;
     EXPECT_TRUE(stub_->Shutdown(&ctx, req, &resp).ok());
     req.set_reason("again");
+    req.set_job_succeeded(true);
   }
   EXPECT_EQ(shutdown_calls_.load(), 1);
   EXPECT_EQ(shutdown_reason_, "training done");
+  EXPECT_FALSE(shutdown_succeeded_.load()) << "the first call's job outcome is passed on";
+}
+
+TEST_F(ParameterServerGrpcTest, APullWhoseResponseCannotBeSentIsRefusedAndTheServerServesOn) {
+  constexpr int64_t kElements = int64_t{16} << 20;  // 64 MB of floats
+  for (int i = 0; i < 8; ++i) {
+    CreateVariablesRequest req;
+    *req.mutable_sender() = MakeSender("chief", 0);
+    AddVariable(&req, "big" + std::to_string(i), Tensor({kElements}, 0.5f), Opt("sgd", 1));
+    CreateVariablesResponse resp;
+    ASSERT_TRUE(ps_->CreateVariables(req, &resp).ok());
+  }
+  PullRequest same = PullReq("big0");
+  for (int i = 1; i < 40; ++i) same.add_names("big0");
+  PullResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Pull(&ctx, same, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("'big0' appears more than once in the pull"));
+  }
+  PullRequest all = PullReq("big0");
+  for (int i = 1; i < 8; ++i) all.add_names("big" + std::to_string(i));
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Pull(&ctx, all, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(),
+                AllOf(HasSubstr("pull of 8 variables from ps task 1 would return 536870912 bytes"),
+                      HasSubstr("limit of 520093696 bytes"), HasSubstr("split the pull")));
+  }
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Pull(&ctx, PullReq("big7"), &resp).ok());
+    ASSERT_EQ(resp.values_size(), 1);
+    EXPECT_EQ(resp.values(0).value().data().size(), static_cast<size_t>(kElements * 4));
+  }
+  EXPECT_EQ(PullOne(stub_.get(), "c"), (Snapshot{std::vector<float>(kSmallSize, 0.0f), 0}));
+}
+
+TEST_F(ParameterServerGrpcTest, OverflowingShapeIsInvalidArgumentWithAMessage) {
+  CreateVariablesRequest req;
+  *req.mutable_sender() = MakeSender("chief", 0);
+  VariableDef* def = req.add_variables();
+  def->set_name("huge");
+  def->mutable_initial_value()->set_dtype(DT_FLOAT);
+  def->mutable_initial_value()->add_shape(int64_t{1} << 62);
+  *def->mutable_optimizer() = Opt("sgd", 1);
+  CreateVariablesResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->CreateVariables(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), AllOf(HasSubstr("'huge'"), HasSubstr("overflows")));
+}
+
+TEST_F(ParameterServerGrpcTest, DeleteVariablesRemovesThemForTheChiefOnly) {
+  DeleteVariablesRequest req;
+  *req.mutable_sender() = MakeSender("worker", 0);
+  req.add_names("c");
+  DeleteVariablesResponse resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub_->DeleteVariables(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(PullOne(stub_.get(), "c").version, 0u);
+  *req.mutable_sender() = MakeSender("chief", 0);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->DeleteVariables(&ctx, req, &resp).ok());
+  }
+  PullResponse pulled;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub_->Pull(&ctx, PullReq("c"), &pulled).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(PullOne(stub_.get(), "a").version, 0u);
+}
+
+// Bytes that are not a valid message, sent to each method as a raw call.
+TEST_F(ParameterServerGrpcTest, AnUnparseableRequestIsInvalidArgumentWithAMessage) {
+  grpc::GenericStub generic(MakeChannel(address_));
+  for (const char* method : {"Configure", "CreateVariables", "DeleteVariables", "Pull", "Push",
+                             "Leave", "Stats", "Shutdown"}) {
+    SCOPED_TRACE(method);
+    grpc::Slice slice(std::string("\xff\xff\xff\xff\x0f"));
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext ctx;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, absl::StrCat("/pstrain.ParameterServerService/", method),
+                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(),
+                AllOf(HasSubstr(absl::StrCat(method,
+                                             " request of 5 bytes is not a valid "
+                                             "pstrain.")),
+                      HasSubstr("Request")));
+  }
+  EXPECT_EQ(shutdown_calls_.load(), 0);
+  EXPECT_EQ(PullOne(stub_.get(), "c").version, 0u);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ constexpr int kMaxVariablesPerRequest = 65536;
 constexpr int kMaxTasks = 4096;
 // Barriers open at once on the chief (each may have many arrivals).
 constexpr int kMaxOpenBarriers = 1024;
+// Pulls waiting at one PS for a step (sync) or a clock (ssp); more are refused, not queued.
+constexpr int kMaxWaitingPulls = 16384;
 // Free-text fields (error messages, shutdown reasons) in requests.
 constexpr int kMaxTextBytes = 64 * 1024;
 

@@ -2,9 +2,11 @@
 
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace pstrain {
 
@@ -19,21 +21,51 @@ void EncodeTensor(const std::vector<int64_t>& shape, const float* values, Tensor
 
 void EncodeTensor(const Tensor& t, TensorProto* out) { EncodeTensor(t.shape, t.data(), out); }
 
+absl::StatusOr<int64_t> TensorBytes(const std::vector<int64_t>& shape) {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (shape.size() > static_cast<size_t>(kMaxTensorRank)) {
+    return bad("tensor shape has rank ", shape.size(), ", over the limit of ", kMaxTensorRank);
+  }
+  for (int64_t d : shape) {
+    if (d < 0) return bad("tensor shape ", ShapeString(shape), " has a negative dimension");
+  }
+  const std::optional<int64_t> elements = CheckedNumElements(shape);
+  if (!elements) {
+    return bad("tensor shape ", ShapeString(shape), " overflows: its element count exceeds 2^63");
+  }
+  const std::optional<int64_t> bytes = CheckedMul(*elements, sizeof(float));
+  if (!bytes) {
+    return bad("tensor shape ", ShapeString(shape), " overflows: its ", *elements,
+               " elements need more than 2^63 bytes");
+  }
+  if (*bytes > kMaxTensorBytes) {
+    return bad("tensor of shape ", ShapeString(shape), " needs ", *bytes,
+               " bytes, over the limit of ", kMaxTensorBytes, " bytes per tensor");
+  }
+  return *bytes;
+}
+
 static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape) {
   if (p.dtype() != DT_FLOAT) {
+    const std::string& name = DataType_Name(p.dtype());
+    if (!DataType_IsValid(p.dtype()) || name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor dtype ", static_cast<int>(p.dtype()),
+                       " is not a known DataType; only DT_FLOAT is supported"));
+    }
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor dtype is ", DataType_Name(p.dtype()), ", only DT_FLOAT is supported"));
+        absl::StrCat("tensor dtype is ", name, "; only DT_FLOAT is supported"));
+  }
+  if (p.shape_size() > kMaxTensorRank) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor shape has rank ", p.shape_size(),
+                                                   ", over the limit of ", kMaxTensorRank));
   }
   shape->assign(p.shape().begin(), p.shape().end());
-  for (int64_t d : *shape) {
-    if (d < 0)
-      return absl::InvalidArgumentError("tensor shape " + ShapeString(*shape) +
-                                        " has a negative dimension");
-  }
-  const size_t want = static_cast<size_t>(NumElements(*shape)) * sizeof(float);
-  if (p.data().size() != want) {
+  absl::StatusOr<int64_t> want = TensorBytes(*shape);
+  if (!want.ok()) return want.status();
+  if (static_cast<int64_t>(p.data().size()) != *want) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(*shape),
-                                                   " needs ", want, " bytes of data, got ",
+                                                   " needs ", *want, " bytes of data, got ",
                                                    p.data().size()));
   }
   return absl::OkStatus();
@@ -42,7 +74,7 @@ static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape
 absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p) {
   Tensor t;
   if (absl::Status s = CheckProto(p, &t.shape); !s.ok()) return s;
-  t.values.resize(NumElements(t.shape));
+  t.values.resize(p.data().size() / sizeof(float));
   if (!t.values.empty()) std::memcpy(t.values.data(), p.data().data(), p.data().size());
   return t;
 }

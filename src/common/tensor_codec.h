@@ -1,7 +1,7 @@
 // The wire form of tensors (proto/tensor.proto): raw little-endian bytes plus shape and dtype.
 //
-// Encoding copies the values into a TensorProto; decoding checks dtype, shape and byte count and
-// says what is wrong.
+// Encoding copies the values into a TensorProto; decoding checks dtype, shape and byte count
+// against common/limits.h and says what is wrong.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,12 @@ namespace pstrain {
 void EncodeTensor(const Tensor& t, TensorProto* out);
 // Same, from a raw pointer, so callers that hold values elsewhere avoid a copy into a Tensor.
 void EncodeTensor(const std::vector<int64_t>& shape, const float* values, TensorProto* out);
-// Checks dtype, non-negative dims and data size; InvalidArgument naming the problem otherwise.
+// Bytes of a float tensor of `shape`, checked against common/limits.h: InvalidArgument for a rank
+// over kMaxTensorRank, a negative dimension, an element or byte count that overflows int64, or
+// more than kMaxTensorBytes.
+absl::StatusOr<int64_t> TensorBytes(const std::vector<int64_t>& shape);
+// Checks dtype, shape (as TensorBytes does) and data size; InvalidArgument naming the problem
+// otherwise. Never throws.
 absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p);
 // Checks `p` as DecodeTensor does and that its shape equals `want`; returns a view of its floats.
 // The pointer is valid while `p` is; `what` names the tensor in error messages.

@@ -1,15 +1,21 @@
 #include "ps/consistency.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <optional>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/limits.h"
+#include "ps/ps_internal.h"
 
 namespace pstrain {
 
-constexpr int64_t kLeft = std::numeric_limits<int64_t>::max();
-
-Consistency::Consistency() : expirer_([this] { ExpireLoop(); }) {}
+Consistency::Consistency()
+    : counted_(std::make_unique<std::atomic<bool>[]>(kMaxTasks)),
+      expirer_([this] { ExpireLoop(); }) {}
 
 Consistency::~Consistency() {
   {
@@ -19,50 +25,67 @@ Consistency::~Consistency() {
   expirer_.join();
 }
 
+namespace {
+
+absl::StatusOr<Mode> ParseMode(const std::string& mode) {
+  if (mode == "async" || mode.empty()) return Mode::kAsync;
+  if (mode == "sync") return Mode::kSync;
+  if (mode == "ssp") return Mode::kSsp;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode ", Quoted(mode), " (known: async, sync, ssp)"));
+}
+
+}  // namespace
+
 absl::Status Consistency::Configure(const ConfigureRequest& req) {
   const ConsistencyConfig& c = req.consistency();
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  Mode mode;
-  if (c.mode() == "async" || c.mode().empty()) {
-    mode = Mode::kAsync;
-  } else if (c.mode() == "sync") {
-    mode = Mode::kSync;
-  } else if (c.mode() == "ssp") {
-    mode = Mode::kSsp;
-  } else {
-    return bad("unknown mode \"", c.mode(), "\" (known: async, sync, ssp)");
+  absl::StatusOr<Mode> mode = ParseMode(c.mode());
+  if (!mode.ok()) return mode.status();
+  const int n = c.num_workers();
+  if (n < 1 || n > kMaxTasks) return bad("num_workers ", n, " must be in [1, ", kMaxTasks, "]");
+  if (*mode == Mode::kSync && (c.replicas_to_aggregate() < 1 || c.replicas_to_aggregate() > n)) {
+    return bad("replicas_to_aggregate ", c.replicas_to_aggregate(), " must be in [1, ", n, "]");
   }
-  if (c.num_workers() < 1) return bad("num_workers ", c.num_workers(), " must be at least 1");
-  if (mode == Mode::kSync &&
-      (c.replicas_to_aggregate() < 1 || c.replicas_to_aggregate() > c.num_workers())) {
-    return bad("replicas_to_aggregate ", c.replicas_to_aggregate(), " must be in [1, ",
-               c.num_workers(), "]");
-  }
-  if (mode == Mode::kSsp && c.staleness() < 0) {
+  if (*mode == Mode::kSsp && c.staleness() < 0) {
     return bad("staleness ", c.staleness(), " must be non-negative");
   }
-  if (req.wait_timeout_s() < 0) return bad("wait timeout must be non-negative");
+  if (!(std::isfinite(req.wait_timeout_s()) && req.wait_timeout_s() >= 0)) {
+    return bad("wait timeout ", req.wait_timeout_s(), " s must be finite and non-negative");
+  }
+  if (req.workers_size() > n) {
+    return bad(req.workers_size(), " workers announced, but num_workers is ", n);
+  }
+  std::vector<bool> announced;
   std::vector<uint64_t> incarnations;
   if (req.workers_size() > 0) {
-    incarnations.assign(c.num_workers(), 0);
+    announced.assign(n, false);
+    incarnations.assign(n, 0);
     for (const Sender& w : req.workers()) {
-      if (w.job() != "worker" || w.task() < 0 || w.task() >= c.num_workers()) {
-        return bad("announced worker ", w.job(), ":", w.task(), " is not one of the ",
-                   c.num_workers(), " workers");
+      if (w.job() != "worker" || w.task() < 0 || w.task() >= n) {
+        return bad("announced worker ", SenderString(w), " is not one of the ", n, " workers");
       }
+      if (announced[w.task()]) {
+        return bad("announced worker worker:", w.task(), " appears more than once");
+      }
+      announced[w.task()] = true;
       incarnations[w.task()] = w.incarnation();
     }
   }
   absl::MutexLock lock(&mu_);
-  mode_ = mode;
-  num_workers_ = c.num_workers();
-  replicas_ = c.replicas_to_aggregate();
+  mode_ = *mode;
+  num_workers_ = n;
+  replicas_ = *mode == Mode::kSync ? c.replicas_to_aggregate() : 0;
   staleness_ = c.staleness();
-  if (req.wait_timeout_s() > 0) wait_timeout_ = absl::Seconds(req.wait_timeout_s());
+  wait_timeout_ =
+      req.wait_timeout_s() > 0 ? absl::Seconds(req.wait_timeout_s()) : absl::Seconds(60);
+  announced_ = std::move(announced);
   incarnations_ = std::move(incarnations);
-  clocks_.assign(num_workers_, 0);
-  pushes_by_worker_.assign(num_workers_, 0);
-  dropped_by_worker_.assign(num_workers_, 0);
+  states_.assign(n, WorkerState::kActive);
+  clocks_.assign(n, 0);
+  pushes_by_worker_.assign(n, 0);
+  dropped_by_worker_.assign(n, 0);
+  PublishLocked();
   return absl::OkStatus();
 }
 
@@ -71,34 +94,90 @@ Mode Consistency::mode() const {
   return mode_;
 }
 
-int Consistency::replicas_to_aggregate() const {
-  absl::MutexLock lock(&mu_);
-  return replicas_;
-}
-
-int Consistency::WorkerSlot(const Sender& s) const {
-  absl::MutexLock lock(&mu_);
+int Consistency::SlotLocked(const Sender& s) const {
   if (s.job() != "worker" || s.task() < 0 || s.task() >= num_workers_) return -1;
   return s.task();
 }
 
-absl::Status Consistency::CheckPusher(const Sender& s) const {
+bool Consistency::CountsLocked(int slot) const {
+  return states_[slot] == WorkerState::kActive && (announced_.empty() || announced_[slot]);
+}
+
+void Consistency::PublishLocked() {
+  // Raise the count for slots that start counting before any flag changes, clear the flags of
+  // slots that stop before setting those of slots that start, and lower the count last: every
+  // intermediate state overestimates StepThreshold.
+  int starting = 0, now = 0;
+  for (int i = 0; i < kMaxTasks; ++i) {
+    const bool counts = i < num_workers_ && CountsLocked(i);
+    now += counts;
+    starting += counts && !counted_[i].load();
+  }
+  counting_.fetch_add(starting);
+  for (int i = 0; i < kMaxTasks; ++i) {
+    if (!(i < num_workers_ && CountsLocked(i))) counted_[i].store(false);
+  }
+  for (int i = 0; i < num_workers_; ++i) {
+    if (CountsLocked(i)) counted_[i].store(true);
+  }
+  counting_.store(now);
+}
+
+int Consistency::WorkerSlot(const Sender& s) const {
   absl::MutexLock lock(&mu_);
-  if (incarnations_.empty()) return absl::OkStatus();
-  if (s.job() == "worker" && s.task() >= 0 && s.task() < num_workers_ &&
-      incarnations_[s.task()] == s.incarnation()) {
+  return SlotLocked(s);
+}
+
+absl::Status Consistency::CheckWorker(const Sender& s, absl::string_view method) const {
+  absl::MutexLock lock(&mu_);
+  if (announced_.empty()) return absl::OkStatus();
+  const int slot = SlotLocked(s);
+  if (slot >= 0 && announced_[slot] && incarnations_[slot] == s.incarnation()) {
     return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat("push from ", s.job(), ":", s.task(),
-                                                  " (incarnation ", s.incarnation(),
-                                                  "), which the chief does not know"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, " from ", SenderString(s), ", which the chief does not know"));
+}
+
+absl::Status Consistency::CheckPusher(const Sender& s) const {
+  if (absl::Status st = CheckWorker(s, "push"); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  const int slot = SlotLocked(s);
+  if (slot >= 0 && states_[slot] == WorkerState::kLeft) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push from ", SenderString(s), ", which left the job"));
+  }
+  return absl::OkStatus();
+}
+
+int Consistency::StepThreshold(const Contributors& contributors) const {
+  int extra = 0;
+  for (const auto& [task, incarnation] : contributors) {
+    extra += task >= 0 && task < kMaxTasks && !counted_[task].load();
+  }
+  return std::max(1, std::min(replicas_.load(), counting_.load() + extra));
+}
+
+std::string Consistency::Lacking(const Contributors& contributors) const {
+  std::vector<std::string> lacking;
+  for (int i = 0; i < kMaxTasks; ++i) {
+    if (!counted_[i].load()) continue;
+    const bool sent = std::any_of(contributors.begin(), contributors.end(),
+                                  [i](const auto& c) { return c.first == i; });
+    if (!sent) lacking.push_back(absl::StrCat("worker:", i));
+  }
+  if (lacking.empty()) return "no worker that still counts";
+  return absl::StrJoin(lacking, ", ");
 }
 
 bool Consistency::ClockAllows(int64_t clock) {
   if (mode_ != Mode::kSsp || clocks_.empty()) return true;
-  const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
-  if (slowest == kLeft || clock - slowest <= staleness_) {
-    const int64_t gap = slowest == kLeft ? 0 : clock - slowest;
+  std::optional<int64_t> slowest;
+  for (int i = 0; i < num_workers_; ++i) {
+    if (CountsLocked(i) && (!slowest || clocks_[i] < *slowest)) slowest = clocks_[i];
+  }
+  if (!slowest || clock - *slowest <= staleness_) {
+    const int64_t gap = slowest ? clock - *slowest : 0;
     if (gap > counters.max_clock_gap.load()) counters.max_clock_gap.store(gap);
     return true;
   }
@@ -106,32 +185,43 @@ bool Consistency::ClockAllows(int64_t clock) {
 }
 
 std::string Consistency::ClockWaitReason(const Sender& s, int64_t clock) {
-  auto it = std::min_element(clocks_.begin(), clocks_.end());
+  int slowest = -1;
+  for (int i = 0; i < num_workers_; ++i) {
+    if (CountsLocked(i) && (slowest < 0 || clocks_[i] < clocks_[slowest])) slowest = i;
+  }
+  const std::string who = slowest < 0
+                              ? std::string("none counts")
+                              : absl::StrCat("worker:", slowest, " at clock ", clocks_[slowest]);
   return absl::StrCat("worker:", s.task(), " at clock ", clock, " to come within staleness ",
-                      staleness_, " of the slowest worker (worker:", it - clocks_.begin(),
-                      " at clock ", *it, ")");
+                      staleness_, " of the slowest worker (", who, ")");
 }
 
 void Consistency::PullOrWait(const Sender& sender, int64_t clock, Wait w) {
   std::vector<Pending> ready;
-  bool refused = false;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (mode_ == Mode::kSsp && sender.job() == "worker" && sender.task() >= 0 &&
-        sender.task() < num_workers_ && clocks_[sender.task()] != kLeft) {
-      clocks_[sender.task()] = std::max(clocks_[sender.task()], clock);
+    const int slot = SlotLocked(sender);
+    bool clock_moved = false;
+    if (mode_ == Mode::kSsp && slot >= 0 && states_[slot] != WorkerState::kLeft &&
+        clock > clocks_[slot]) {
+      clocks_[slot] = clock;
+      clock_moved = true;
     }
     if (w.ready()) {
       ready.push_back({std::move(w), absl::InfiniteFuture()});
     } else if (stopped_) {
-      refused = true;
+      refused = absl::UnavailableError("parameter server is shutting down");
+    } else if (pending_.size() >= static_cast<size_t>(kMaxWaitingPulls)) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat(pending_.size(), " pulls are already waiting, the limit"));
     } else {
       counters.pulls_waited++;
       pending_.push_back({std::move(w), absl::Now() + wait_timeout_});
     }
-    ServeReady(&ready);  // a clock that moved may release others
+    if (clock_moved) ServeReady(&ready);  // a clock that moved may release others
   }
-  if (refused) w.serve(absl::UnavailableError("parameter server is shutting down"));
+  if (!refused.ok()) w.serve(refused);
   for (Pending& p : ready) p.wait.serve(absl::OkStatus());
 }
 
@@ -155,14 +245,22 @@ void Consistency::Notify() {
   for (Pending& p : ready) p.wait.serve(absl::OkStatus());
 }
 
-void Consistency::Leave(const Sender& s) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (s.job() == "worker" && s.task() >= 0 && s.task() < static_cast<int>(clocks_.size())) {
-      clocks_[s.task()] = kLeft;
-    }
-  }
-  Notify();
+bool Consistency::Leave(const Sender& s, bool pause) {
+  absl::MutexLock lock(&mu_);
+  const int slot = SlotLocked(s);
+  if (slot < 0 || states_[slot] == WorkerState::kLeft) return false;
+  const bool counted = CountsLocked(slot);
+  states_[slot] = pause ? WorkerState::kPaused : WorkerState::kLeft;
+  PublishLocked();
+  return counted;
+}
+
+void Consistency::Rejoin(const Sender& s) {
+  absl::MutexLock lock(&mu_);
+  const int slot = SlotLocked(s);
+  if (slot < 0 || states_[slot] != WorkerState::kPaused) return;
+  states_[slot] = WorkerState::kActive;
+  PublishLocked();
 }
 
 void Consistency::Stop() {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "ps/ps_internal.h"
 
 namespace pstrain {
 namespace {
@@ -56,8 +57,8 @@ absl::Status ValidateSchedule(const OptimizerConfig& config) {
     }
     return absl::OkStatus();
   }
-  return Invalid(config, "unknown learning-rate schedule '", kind,
-                 "' (known: constant, step, cosine)");
+  return Invalid(config, "unknown learning-rate schedule ", Quoted(kind),
+                 " (known: constant, step, cosine)");
 }
 
 // The value of an optional field, or `def` when it is unset.
@@ -67,8 +68,8 @@ double Get(bool has, double value, double def) { return has ? value : def; }
 
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
   if (!IsKnownOptimizer(config.name())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown optimizer '", config.name(), "' (known: ", kKnownOptimizers, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer ", Quoted(config.name()),
+                                                   " (known: ", kKnownOptimizers, ")"));
   }
   const double lr = config.learning_rate();
   if (!(std::isfinite(lr) && lr > 0.0)) {

@@ -17,6 +17,14 @@ namespace pstrain {
 // validate the whole request before changing anything: a request that returns an error has
 // changed nothing. Pushes to one variable are serialised by that variable's lock, so concurrent
 // pushes are never lost; pushes to different variables run in parallel.
+//
+// Every request must name its sender (InvalidArgument otherwise) and is checked against the
+// limits of common/limits.h (InvalidArgument, or ResourceExhausted for a response that would be
+// too large). Who may call what (PermissionDenied naming the sender and the method otherwise):
+// Configure, CreateVariables, DeleteVariables and Shutdown only the chief (job "chief", task 0,
+// the pinned incarnation); Push and Leave the workers the chief announced (any sender while it
+// announced none); Pull and Stats the chief or those workers. The chief's incarnation is pinned
+// by ExpectChief, or else by the first call from job "chief".
 class ParameterServer {
  public:
   struct Options {
@@ -25,37 +33,57 @@ class ParameterServer {
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(const Options& options);
   virtual ~ParameterServer() = default;
 
-  // Creates each variable with its initial value and optimizer. AlreadyExists if a name is taken
-  // (or repeated in the request); InvalidArgument for an empty name, a bad tensor, an unknown
-  // optimizer or bad hyper-parameters.
+  // The chief of this job is the one with `incarnation` (learned at registration); later calls
+  // from another chief incarnation are refused. Overrides a pin made by an earlier call.
+  virtual void ExpectChief(uint64_t incarnation) = 0;
+
+  // Creates each variable with its initial value and optimizer, all or none. AlreadyExists if a
+  // name is taken (or repeated in the request); InvalidArgument for an empty or over-long name,
+  // a bad tensor, an unknown optimizer or bad hyper-parameters; ResourceExhausted if memory runs
+  // out.
   virtual absl::Status CreateVariables(const CreateVariablesRequest& req,
                                        CreateVariablesResponse* resp) = 0;
-  // Sets how pushes combine (async, sync k-of-n, ssp) and which workers may push. Call before
-  // variables exist; without it the server runs async and accepts any sender.
+  // Removes the named variables; unknown names are ignored, so a retry is harmless. A pull
+  // waiting on a removed variable ends with NotFound; a push already validated against it
+  // applies to the removed copy and is lost with it.
+  virtual absl::Status DeleteVariables(const DeleteVariablesRequest& req,
+                                       DeleteVariablesResponse* resp) = 0;
+  // Sets how pushes combine (async, sync k-of-n, ssp) and which workers may push. Only while no
+  // variable exists (FailedPrecondition after); a repeated Configure then replaces the last one.
+  // Without it the server runs async and accepts any sender.
   virtual absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) = 0;
 
-  // Values and versions of the named variables, in request order. NotFound names an unknown one.
-  // In sync mode the pull waits until every named variable reached req.min_version; in ssp mode
-  // it waits while req.clock runs more than `staleness` ahead of the slowest worker. `done` is
-  // called exactly once, inline or later from another thread; `resp` must stay valid until then.
-  // A wait longer than the configured wait timeout ends with DeadlineExceeded saying what it
-  // waited for.
+  // Values and versions of the named variables, in request order. NotFound names an unknown one;
+  // InvalidArgument for a name given twice; ResourceExhausted if their bytes pass
+  // kMaxPayloadBytes (the client must split the pull). In sync mode the pull waits until every
+  // named variable reached req.min_version; in ssp mode it waits while req.clock runs more than
+  // `staleness` ahead of the slowest counting worker. `done` is called exactly once, inline or
+  // later from another thread; `resp` must stay valid until then. A wait longer than the
+  // configured wait timeout ends with DeadlineExceeded saying what it waited for and, in sync
+  // mode, which workers' gradients the step still lacks.
   virtual void PullAsync(const PullRequest& req, PullResponse* resp,
                          std::function<void(absl::Status)> done) = 0;
   // PullAsync, waiting for `done`.
   absl::Status Pull(const PullRequest& req, PullResponse* resp);
 
   // Applies each gradient with its variable's optimizer and bumps the version. Rejects the whole
-  // push (NotFound / InvalidArgument / PermissionDenied) for an unknown variable, a shape
-  // mismatch, a non-finite value (counted), a repeated name, a read_version newer than the
-  // variable, or a worker the chief did not announce. In sync mode a gradient is accumulated for
-  // the step it was read at; the k-th one applies their average. A gradient for an older step is
-  // dropped and counted (resp->stale_dropped), not an error.
+  // push (NotFound / InvalidArgument / PermissionDenied / FailedPrecondition) for an unknown
+  // variable, no gradient, a shape mismatch, a non-finite value (counted), a repeated name, a
+  // read_version newer than the variable, a worker the chief did not announce, or one that left.
+  // In sync mode a gradient is accumulated for the step it was read at; the step applies the
+  // average of its gradients once it has min(replicas_to_aggregate, counting workers) of them. A
+  // gradient for an older step is dropped and counted (resp->stale_dropped), not an error. A
+  // push from a paused worker makes it count again.
   virtual absl::Status Push(const PushRequest& req, PushResponse* resp) = 0;
 
-  // The worker finished: it no longer holds back ssp clocks.
+  // The worker finished (it no longer counts for ssp clocks and sync steps, and may not push
+  // again) or, with req.pause, waits at a barrier (it stops counting until its next push). Steps
+  // that now have enough gradients apply, and waiting pulls are re-checked.
   virtual absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) = 0;
   virtual absl::Status Stats(const StatsRequest& req, StatsResponse* resp) = 0;
+  // OK if `req` may end the job: from the chief, with a reason within kMaxTextBytes. The gRPC
+  // service calls it before its ShutdownFn.
+  virtual absl::Status CheckShutdown(const ShutdownRequest& req) = 0;
   // Ends every waiting pull with Unavailable and refuses new waits; called before the server
   // stops so no call is left open.
   virtual void Stop() = 0;
@@ -65,7 +93,8 @@ class ParameterServer {
 using ShutdownFn = std::function<void(const std::string& reason, bool job_succeeded)>;
 
 // The gRPC ParameterServerService (callback API) over `ps`, which must outlive it. A Shutdown
-// RPC calls `on_shutdown` once and returns; the caller stops the server.
+// RPC that ps->CheckShutdown accepts calls `on_shutdown` once and returns; the caller stops the
+// server.
 std::unique_ptr<grpc::Service> MakeParameterServerService(ParameterServer* ps,
                                                           ShutdownFn on_shutdown);
 

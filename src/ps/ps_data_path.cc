@@ -1,0 +1,274 @@
+// The data path of the ParameterServer: pulls (with their sync and ssp waits), pushes, and the
+// application of sync steps. Locks and their order: see parameter_server.cc.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/limits.h"
+#include "common/tensor.h"
+#include "common/tensor_codec.h"
+#include "ps/parameter_server_impl.h"
+
+namespace pstrain {
+
+// The first pass has no early exit so it vectorises; the second runs only for a bad tensor.
+int64_t FirstNonFinite(const float* p, int64_t n) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= !(std::fabs(p[i]) <= kMax);  // NaN compares false
+  if (!bad) return -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(p[i])) return i;
+  }
+  return -1;
+}
+
+absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
+                                               std::vector<VariablePtr>* vars) {
+  if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  if (absl::Status s = CheckChiefOrWorker(req.sender(), "pull"); !s.ok()) return s;
+  if (absl::Status s = CheckNames(
+          req.names(), [](const std::string& n) -> const std::string& { return n; }, "pull",
+          absl::StatusCode::kInvalidArgument);
+      !s.ok()) {
+    return s;
+  }
+  vars->reserve(req.names_size());
+  int64_t total = 0;
+  for (const std::string& name : req.names()) {
+    absl::StatusOr<VariablePtr> var = Find(name);
+    if (!var.ok()) return var.status();
+    // At most kMaxVariablesPerRequest * kMaxTensorBytes: cannot overflow, checked all the same.
+    total = CheckedAdd(total, (*var)->bytes).value_or(std::numeric_limits<int64_t>::max());
+    vars->push_back(*std::move(var));
+  }
+  if (total > kMaxPayloadBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pull of ", req.names_size(), " variables from ", Where(), " would return ",
+                     total, " bytes, over the limit of ", kMaxPayloadBytes,
+                     " bytes per response; the client must split the pull"));
+  }
+  return absl::OkStatus();
+}
+
+// Every variable at min_version or later, and all at the same step, so the worker's gradients are
+// for one step. (They differ only while the last pushes of a step are still being applied.) A
+// removed variable ends the wait: the pull is then answered NotFound.
+bool ParameterServerImpl::SyncReady(const std::vector<VariablePtr>& vars, uint64_t min_version) {
+  std::optional<uint64_t> step;
+  for (const VariablePtr& v : vars) {
+    absl::ReaderMutexLock lock(&v->mu);
+    if (v->deleted) return true;
+    if (v->version < min_version || (step && *step != v->version)) return false;
+    step = v->version;
+  }
+  return true;
+}
+
+std::string ParameterServerImpl::SyncWaitReason(const std::vector<VariablePtr>& vars,
+                                                const std::vector<std::string>& names,
+                                                uint64_t min_version) {
+  for (size_t i = 0; i < vars.size(); ++i) {
+    absl::ReaderMutexLock lock(&vars[i]->mu);
+    const uint64_t at = vars[i]->version;
+    if (at >= min_version) continue;
+    const Contributors& have = vars[i]->contributors;
+    return absl::StrCat("step ", min_version, ": variable ", Quoted(names[i]), " is at step ", at,
+                        " on ", Where(), "; step ", at + 1, " still lacks gradients from ",
+                        consistency_.Lacking(have), " (it has ", have.size(), " of ",
+                        consistency_.StepThreshold(have), ")");
+  }
+  return absl::StrCat("step ", min_version, ": the variables on ", Where(),
+                      " to reach the same step");
+}
+
+void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
+                                    std::function<void(absl::Status)> done) {
+  resp->Clear();
+  auto vars = std::make_shared<std::vector<VariablePtr>>();
+  if (absl::Status s = ValidatePull(req, vars.get()); !s.ok()) return done(s);
+  const Mode mode = consistency_.mode();
+  const uint64_t min_version = req.min_version();
+  const int64_t clock = req.clock();
+  const Sender sender = req.sender();
+  auto names =
+      std::make_shared<const std::vector<std::string>>(req.names().begin(), req.names().end());
+  Consistency::Wait wait;
+  // ready and describe are called under the consistency lock and take variable locks after it.
+  wait.ready = [this, vars, mode, min_version, clock]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (mode == Mode::kSsp) return consistency_.ClockAllows(clock);
+    return mode != Mode::kSync || SyncReady(*vars, min_version);
+  };
+  wait.describe = [this, vars, names, mode, min_version, clock, sender]()
+                      ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::string {
+    if (mode == Mode::kSsp) return consistency_.ClockWaitReason(sender, clock);
+    return SyncWaitReason(*vars, *names, min_version);
+  };
+  wait.serve = [this, vars, names, resp, done = std::move(done)](absl::Status s) {
+    if (!s.ok()) return done(s);
+    try {
+      for (size_t i = 0; i < vars->size(); ++i) {
+        Variable* var = (*vars)[i].get();
+        absl::ReaderMutexLock lock(&var->mu);
+        if (var->deleted) {
+          resp->Clear();
+          return done(absl::NotFoundError(absl::StrCat("variable ", Quoted((*names)[i]),
+                                                       " was deleted from ", Where(),
+                                                       " while the pull waited")));
+        }
+        VariableValue* out = resp->add_values();
+        out->set_name((*names)[i]);
+        out->set_version(var->version);
+        EncodeTensor(var->shape, var->values.data(), out->mutable_value());
+      }
+    } catch (const std::bad_alloc&) {
+      resp->Clear();
+      return done(absl::ResourceExhaustedError(
+          absl::StrCat("not enough memory on ", Where(), " to answer a pull")));
+    }
+    done(absl::OkStatus());
+  };
+  consistency_.PullOrWait(sender, clock, std::move(wait));
+}
+
+absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* resp) {
+  resp->Clear();
+  if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  if (absl::Status s = consistency_.CheckPusher(req.sender()); !s.ok()) return Refused(s);
+  if (req.gradients_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("push from ", SenderString(req.sender()), " to ",
+                                                   Where(), " carries no gradient"));
+  }
+  if (absl::Status s = CheckNames(
+          req.gradients(), [](const Gradient& g) -> const std::string& { return g.name(); }, "push",
+          absl::StatusCode::kInvalidArgument);
+      !s.ok()) {
+    return s;
+  }
+  const Mode mode = consistency_.mode();
+  const int task = req.sender().task();
+  const uint64_t incarnation = req.sender().incarnation();
+
+  // Validate everything first. What is checked cannot become invalid before the apply below:
+  // shapes are fixed, the gradient belongs to the request, and versions only grow.
+  const int n = req.gradients_size();
+  std::vector<VariablePtr> vars(n);
+  std::vector<const float*> grads(n);
+  for (int i = 0; i < n; ++i) {
+    const Gradient& g = req.gradients(i);
+    const std::string what = absl::StrCat("gradient for variable ", Quoted(g.name()));
+    absl::StatusOr<VariablePtr> var = Find(g.name());
+    if (!var.ok()) return var.status();
+    absl::StatusOr<const float*> data = TensorData(g.gradient(), (*var)->shape, what);
+    if (!data.ok()) return data.status();
+    const int64_t size = (*var)->bytes / static_cast<int64_t>(sizeof(float));
+    if (int64_t bad = FirstNonFinite(*data, size); bad >= 0) {
+      consistency_.counters.nonfinite_rejected++;
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has a non-finite value (", (*data)[bad], ") at index ", bad));
+    }
+    {
+      absl::ReaderMutexLock lock(&(*var)->mu);
+      const uint64_t version = (*var)->version;
+      if (g.read_version() > version) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " was computed from version ", g.read_version(),
+                         " but the variable is at version ", version, " on ", Where()));
+      }
+      if (mode == Mode::kSync && g.read_version() == version) {
+        for (const auto& c : (*var)->contributors) {
+          if (c == std::make_pair(task, incarnation)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, ": worker:", task, " already pushed a gradient for step ", version));
+          }
+        }
+      }
+    }
+    vars[i] = *std::move(var);
+    grads[i] = *data;
+  }
+
+  consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
+  bool any_dropped = false, any_update = false;
+  for (int i = 0; i < n; ++i) {
+    bool dropped = false, updated = false;
+    resp->add_versions(ApplyOne(vars[i].get(), req.gradients(i), grads[i], task, incarnation, mode,
+                                &dropped, &updated));
+    if (dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
+    any_dropped |= dropped;
+    any_update |= updated;
+  }
+  if (any_dropped) consistency_.counters.stale_dropped++;
+  consistency_.CountPush(consistency_.WorkerSlot(req.sender()), any_dropped);
+  if (any_update) consistency_.Notify();
+  return absl::OkStatus();
+}
+
+uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const float* grad,
+                                       int task, uint64_t incarnation, Mode mode, bool* dropped,
+                                       bool* updated) {
+  absl::MutexLock lock(&var->mu);
+  const int64_t n = static_cast<int64_t>(var->values.size());
+  if (mode != Mode::kSync) {
+    var->optimizer->Apply(var->values.data(), grad, n, static_cast<int64_t>(var->version));
+    ++var->version;
+    consistency_.counters.pushes_applied++;
+    consistency_.counters.updates_applied++;
+    *updated = true;
+    return var->version;
+  }
+  if (g.read_version() < var->version) {  // computed for a step that is already applied
+    *dropped = true;
+    return var->version;
+  }
+  if (var->accum.empty()) var->accum.assign(n, 0.0f);
+  float* acc = var->accum.data();
+  for (int64_t j = 0; j < n; ++j) acc[j] += grad[j];
+  var->contributors.emplace_back(task, incarnation);
+  consistency_.counters.pushes_applied++;
+  *updated = MaybeApplyStep(var);
+  return var->version;
+}
+
+bool ParameterServerImpl::MaybeApplyStep(Variable* var) {
+  const size_t have = var->contributors.size();
+  if (have == 0 || have < static_cast<size_t>(consistency_.StepThreshold(var->contributors))) {
+    return false;
+  }
+  const int64_t n = static_cast<int64_t>(var->values.size());
+  float* acc = var->accum.data();
+  const float scale = 1.0f / static_cast<float>(have);  // the average of the gradients received
+  for (int64_t j = 0; j < n; ++j) acc[j] *= scale;
+  var->optimizer->Apply(var->values.data(), acc, n, static_cast<int64_t>(var->version));
+  ++var->version;
+  std::fill(var->accum.begin(), var->accum.end(), 0.0f);
+  var->contributors.clear();
+  consistency_.counters.updates_applied++;
+  return true;
+}
+
+void ParameterServerImpl::ApplyCompleteSteps() {
+  std::vector<VariablePtr> all;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    all.reserve(vars_.size());
+    for (const auto& [name, var] : vars_) all.push_back(var);
+  }
+  for (const VariablePtr& var : all) {
+    absl::MutexLock lock(&var->mu);
+    MaybeApplyStep(var.get());
+  }
+}
+
+}  // namespace pstrain
