@@ -218,7 +218,8 @@ TEST(ParsePartitionerTest, ErrorsNameTheBadText) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(s.status().message(), HasSubstr("\"" + bad + "\"")) << bad;
   }
-  EXPECT_THAT(ParsePartitioner("fixd:4").status().message(), HasSubstr("expected none, fixed:N"));
+  EXPECT_THAT(ParsePartitioner("fixd:4").status().message(),
+              HasSubstr("expected auto, none, fixed:N"));
   EXPECT_THAT(ParsePartitioner("fixed:x").status().message(), HasSubstr("not a positive integer"));
 }
 

@@ -1,0 +1,28 @@
+#include "master/progress.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pstrain {
+
+std::string WholeSeconds(absl::Duration d) {
+  if (d < absl::Seconds(1)) return "0s";
+  return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
+}
+
+std::string ProgressLine(const ProgressView& v) {
+  std::string line = "progress ";
+  if (v.epochs > 0) absl::StrAppend(&line, "epoch ", v.epoch, "/", v.epochs, " ");
+  absl::StrAppend(&line, "step ", v.step);
+  if (v.total > 0) absl::StrAppend(&line, "/", v.total);
+  absl::StrAppendFormat(&line, " loss %.4f examples/s %.0f elapsed %s", v.loss, v.examples_per_sec,
+                        WholeSeconds(v.elapsed));
+  if (v.total > 0 && v.step > 0) {
+    const int64_t left = v.total > v.step ? v.total - v.step : 0;
+    const double per_step = absl::ToDoubleSeconds(v.elapsed) / static_cast<double>(v.step);
+    absl::StrAppend(&line, " eta ", WholeSeconds(absl::Seconds(per_step * left)));
+  }
+  return line;
+}
+
+}  // namespace pstrain

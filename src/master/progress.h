@@ -1,0 +1,28 @@
+// Internal to src/master: the progress line the chief prints while a job runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace pstrain {
+
+struct ProgressView {
+  int epoch = 0;  // from 1; 0 = not shown (external jobs)
+  int epochs = 0;
+  int64_t step = 0;   // the global step so far
+  int64_t total = 0;  // the job's length in global steps; 0 = not known (no ETA)
+  double loss = 0;
+  double examples_per_sec = 0;
+  absl::Duration elapsed;
+};
+
+// "progress epoch 2/3 step 1200/2814 loss 0.1234 examples/s 13500 elapsed 8s eta 12s", without
+// the parts that are not known. The leading "progress " lets the launcher show it in place.
+std::string ProgressLine(const ProgressView& v);
+
+// "8s", "2m5s", "1h0m3s": whole seconds.
+std::string WholeSeconds(absl::Duration d);
+
+}  // namespace pstrain
