@@ -48,7 +48,7 @@ TEST(JobConfigTest, MessagesNameTheFlag) {
 
   c = JobConfig();
   c.optimizer.set_learning_rate(-1);
-  EXPECT_THAT(Invalid(c), HasSubstr("--lr must be positive and finite"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr: learning rate -1 must be positive and finite"));
   c = JobConfig();
   c.partitioner = "fixed:0";
   EXPECT_THAT(Invalid(c), HasSubstr("--partitioner: bad partitioner \"fixed:0\""));

@@ -211,7 +211,7 @@ TEST(VariableFromSpecTest, OptimizerIsTheJobsOnlyWhenAbsent) {
   bad_lr.mutable_optimizer()->set_name("adam");
   bad_lr.mutable_optimizer()->set_learning_rate(std::nan(""));
   EXPECT_THAT(VariableFromSpec(bad_lr, job).status().message(),
-              HasSubstr("optimizer.learning_rate must be positive and finite"));
+              HasSubstr("optimizer.learning_rate: learning rate nan must be positive and finite"));
   VariableSpec unknown = Spec("w");
   unknown.mutable_optimizer()->set_name("adamw");
   unknown.mutable_optimizer()->set_learning_rate(0.1);

@@ -30,13 +30,13 @@ JobConfig::JobConfig() {
 
 absl::Status JobConfig::Validate() const {
   if (model != "mlp" && model != "external") {
-    return Bad("unknown --model \"", model, "\" (known: mlp, external)");
+    return Bad("--model: unknown model \"", model, "\" (known: mlp, external)");
   }
   for (int h : hidden) {
     if (h <= 0) return Bad("--hidden: layer width ", h, " must be positive");
   }
   if (mode != "async" && mode != "sync" && mode != "ssp") {
-    return Bad("unknown --mode \"", mode, "\" (known: async, sync, ssp)");
+    return Bad("--mode: unknown mode \"", mode, "\" (known: async, sync, ssp)");
   }
   if (staleness < 0 || staleness > 1000000) {
     return Bad("--staleness ", staleness, " is out of range [0, 1000000]");

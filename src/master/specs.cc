@@ -55,7 +55,7 @@ absl::Status ValidateSchedule(const OptimizerConfig& o, const FieldName& name,
     }
     return absl::OkStatus();
   }
-  return Bad("unknown ", name("schedule.kind"), " \"", s.kind(),
+  return Bad(name("schedule.kind"), ": unknown learning-rate schedule \"", s.kind(),
              "\" (known: constant, step, cosine)");
 }
 
@@ -83,11 +83,12 @@ std::string FlagName(absl::string_view field) {
 absl::Status ValidateOptimizer(const OptimizerConfig& o, const FieldName& name,
                                bool total_steps_filled_later) {
   if (o.name().size() > static_cast<size_t>(kMaxNameBytes) || !IsKnownOptimizer(o.name())) {
-    return Bad("unknown ", name("name"), " \"", o.name().substr(0, 64),
+    return Bad(name("name"), ": unknown optimizer \"", o.name().substr(0, 64),
                "\" (known: ", kKnownOptimizers, ")");
   }
   if (!(std::isfinite(o.learning_rate()) && o.learning_rate() > 0.0)) {
-    return Bad(name("learning_rate"), " must be positive and finite, got ", o.learning_rate());
+    return Bad(name("learning_rate"), ": learning rate ", o.learning_rate(),
+               " must be positive and finite");
   }
   const std::pair<bool, std::pair<const char*, double>> unit[] = {
       {o.has_beta1(), {"beta1", o.beta1()}},
