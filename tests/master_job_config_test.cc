@@ -94,6 +94,29 @@ TEST(ProgressLineTest, ShowsTheGlobalStepOutOfTheTotalElapsedAndEta) {
   EXPECT_EQ(WholeSeconds(absl::Seconds(125.7)), "2m5s");
 }
 
+// The deadlock of issue 2 as the job loop sees it: worker:0 waits at the barrier "end" (and so
+// reports nothing), worker:1 is stuck elsewhere. The silent one is named, not the waiting one.
+TEST(CheckWorkersTest, NamesTheSilentWorkerAndWhatTheOthersWaitFor) {
+  const absl::Time now = absl::Now();
+  const absl::Duration timeout = absl::Minutes(2);
+  std::vector<WorkerProgress> p(3);
+  p[0].last_report = now - absl::Minutes(5);
+  p[0].barrier = "end";
+  p[1].last_report = now - absl::Minutes(3);
+  p[2].done = true;
+  p[2].last_report = now - absl::Minutes(9);
+  const std::vector<absl::Time> started(3, now - absl::Minutes(10));
+  absl::Status s = CheckWorkers(p, started, now, timeout);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "worker:1 sent no progress for 2m; worker:0 waits at barrier \"end\"");
+  // Known alive recently (the chief itself was stalled until now): not silent.
+  const std::vector<absl::Time> resumed(3, now);
+  EXPECT_TRUE(CheckWorkers(p, resumed, now, timeout).ok());
+  // A reported error ends the job whatever else.
+  p[2].error = "out of memory";
+  EXPECT_EQ(CheckWorkers(p, resumed, now, timeout).message(), "worker:2 failed: out of memory");
+}
+
 TEST(JobResultTest, JsonKeepsItsKeysAddsStepsAndRounds) {
   JobResult r;
   r.mode = "sync";

@@ -262,7 +262,9 @@ class Job {
       for (size_t t = 0; t < progress.size(); ++t) {
         if (!progress[t].barrier.empty()) alive[t] = now;
       }
-      if (absl::Status s = CheckWorkers(progress, alive, now); !s.ok()) return s;
+      if (absl::Status s = CheckWorkers(progress, alive, now, config_.task_timeout); !s.ok()) {
+        return s;
+      }
       const bool all_done = Summarize(progress, result);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
         int epoch = config_.epochs;
@@ -287,33 +289,6 @@ class Job {
       }
       if (all_done) return absl::OkStatus();
     }
-  }
-
-  // A worker that failed, or one that is silent for longer than --task_timeout while not
-  // waiting at a barrier, ends the job; the message says what the others wait for.
-  absl::Status CheckWorkers(const std::vector<WorkerProgress>& progress,
-                            const std::vector<absl::Time>& alive, absl::Time now) const {
-    for (size_t t = 0; t < progress.size(); ++t) {
-      if (!progress[t].error.empty()) {
-        return absl::AbortedError(
-            absl::StrCat(TaskName("worker", t), " failed: ", progress[t].error));
-      }
-    }
-    for (size_t t = 0; t < progress.size(); ++t) {
-      const WorkerProgress& p = progress[t];
-      if (p.done || !p.barrier.empty()) continue;
-      if (now - std::max(p.last_report, alive[t]) <= config_.task_timeout) continue;
-      std::string msg = absl::StrCat(TaskName("worker", t), " sent no progress for ",
-                                     WholeSeconds(config_.task_timeout));
-      for (size_t o = 0; o < progress.size(); ++o) {
-        if (!progress[o].barrier.empty()) {
-          absl::StrAppend(&msg, "; ", TaskName("worker", o), " waits at barrier \"",
-                          progress[o].barrier, "\"");
-        }
-      }
-      return absl::DeadlineExceededError(msg);
-    }
-    return absl::OkStatus();
   }
 
   // Sums the reports into *result; true once every worker is done.

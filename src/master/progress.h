@@ -1,10 +1,13 @@
-// Internal to src/master: the progress line the chief prints while a job runs.
+// Internal to src/master: how the job loop judges and shows the workers' progress.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "master/coordinator.h"
 
 namespace pstrain {
 
@@ -24,5 +27,14 @@ std::string ProgressLine(const ProgressView& v);
 
 // "8s", "2m5s", "1h0m3s": whole seconds.
 std::string WholeSeconds(absl::Duration d);
+
+// Aborted naming the first worker that reported an error; else DeadlineExceeded for the first
+// worker that is neither done nor waiting at a barrier and whose last report and `alive[t]`
+// (when it was last known not to be silent) are both more than `task_timeout` before `now`,
+// naming the barriers the others wait at ("worker:1 sent no progress for 2m; worker:0 waits at
+// barrier "end""). OK otherwise.
+absl::Status CheckWorkers(const std::vector<WorkerProgress>& progress,
+                          const std::vector<absl::Time>& alive, absl::Time now,
+                          absl::Duration task_timeout);
 
 }  // namespace pstrain
