@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "master/master.h"
 #include "master/placement.h"
 
 namespace pstrain {
@@ -218,7 +219,8 @@ TEST(ParsePartitionerTest, ErrorsNameTheBadText) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(s.status().message(), HasSubstr("\"" + bad + "\"")) << bad;
   }
-  EXPECT_THAT(ParsePartitioner("fixd:4").status().message(), HasSubstr("expected none, fixed:N"));
+  EXPECT_THAT(ParsePartitioner("fixd:4").status().message(),
+              HasSubstr("expected auto, none, fixed:N"));
   EXPECT_THAT(ParsePartitioner("fixed:x").status().message(), HasSubstr("not a positive integer"));
 }
 
@@ -295,6 +297,59 @@ TEST(PlaceItemsTest, GreedyOnMlpMeetsTheGreedyBound) {
   const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
   EXPECT_LE(std::max(loads[0], loads[1]), Sum(bytes) / 2 + largest);
   EXPECT_EQ(std::max(loads[0], loads[1]), largest);  // optimal here
+}
+
+TEST(PartitionRowsTest, AutoSplitsOnlyLargeVariablesAndKeepsShardsSmall) {
+  PartitionerSpec spec = Spec(Kind::kAuto, 1, 0, /*max_shards=*/2);
+  // Up to 256 KiB: one shard.
+  EXPECT_EQ(MustPartition({256, 256}, spec).size(), 1u);
+  EXPECT_EQ(MustPartition({64 * 1024}, spec).size(), 1u);
+  // 784 KiB over 2 PS: two shards, each over 256 KiB.
+  std::vector<RowRange> r = MustPartition({784, 256}, spec);
+  ExpectEvenCover(r, 784);
+  EXPECT_EQ(r.size(), 2u);
+  // Rows of 1 KiB: 513 rows make shards of 257 and 256 rows, both at least 256 KiB.
+  EXPECT_EQ(MustPartition({513, 256}, spec).size(), 2u);
+  // 300 KiB cannot make two shards of 256 KiB.
+  EXPECT_EQ(MustPartition({300, 256}, spec).size(), 1u);
+  // 1 GiB over 2 PS: enough shards that each is at most 64 MiB, whatever the PS count.
+  r = MustPartition({1 << 20, 256}, spec);
+  ExpectEvenCover(r, 1 << 20);
+  EXPECT_EQ(r.size(), 16u);
+  for (const RowRange& x : r) EXPECT_LE(x.rows() * 1024, kAutoMaxShardBytes);
+  // The parser knows it.
+  absl::StatusOr<PartitionerSpec> parsed = ParsePartitioner("auto");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->kind, Kind::kAuto);
+}
+
+TEST(PartitionRowsTest, RefusesMoreShardsThanARequestNames) {
+  absl::StatusOr<std::vector<RowRange>> r =
+      PartitionRows({int64_t{1} << 40}, Spec(Kind::kFixed, 1 << 30));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("at most 65536"));
+}
+
+// The defaults of a job (JobConfig: partitioner auto, placement greedy) put the MNIST MLP over
+// 2 PS within twice of balanced; round-robin without partitioning put 99.8% on ps:0.
+TEST(PlaceItemsTest, DefaultsBalanceTheMlpOverTwoPs) {
+  const JobConfig defaults;
+  absl::StatusOr<PartitionerSpec> part = ParsePartitioner(defaults.partitioner);
+  absl::StatusOr<PlacementStrategy> strategy = ParsePlacement(defaults.placement);
+  ASSERT_TRUE(part.ok() && strategy.ok());
+  part->max_shards = 2;
+  const std::vector<std::vector<int64_t>> shapes = {{784, 256}, {256},     {256, 128},
+                                                    {128},      {128, 10}, {10}};
+  std::vector<int64_t> bytes;
+  for (const auto& shape : shapes) {
+    int64_t row = 4;
+    for (size_t i = 1; i < shape.size(); ++i) row *= shape[i];
+    for (const RowRange& r : MustPartition(shape, *part)) bytes.push_back(r.rows() * row);
+  }
+  const std::vector<int64_t> loads = Loads(bytes, PlaceItems(bytes, 2, *strategy), 2);
+  const int64_t share = Sum(bytes) / 2;
+  EXPECT_LE(std::max(loads[0], loads[1]), 2 * share);
+  EXPECT_GE(std::min(loads[0], loads[1]), share / 2) << loads[0] << " " << loads[1];
 }
 
 TEST(PlacementTableTest, ListsItemsAndPerPsTotals) {

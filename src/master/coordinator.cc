@@ -4,36 +4,96 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "common/rpc.h"
 
 namespace pstrain {
+namespace {
 
-Coordinator::Coordinator(int num_ps, int num_workers)
-    : num_ps_(num_ps),
+constexpr char kStartBarrier[] = "pstrain/start";
+
+// "3s", "2m5s"; "less than 1s" for shorter.
+std::string Ago(absl::Duration d) {
+  if (d < absl::Seconds(1)) return "less than 1s";
+  return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
+}
+
+// InvalidArgument unless the request names a sender with a job of sane length.
+absl::Status CheckSenderPresent(bool has_sender, const Sender& s, const std::string& what) {
+  if (!has_sender || s.job().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " without a sender"));
+  }
+  if (s.job().size() > static_cast<size_t>(kMaxNameBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": sender job name of ", s.job().size(),
+                                                   " bytes exceeds ", kMaxNameBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(std::vector<std::string> ps_addresses, int num_workers,
+                         absl::Duration sweep_interval)
+    : ps_addresses_(std::move(ps_addresses)),
+      num_ps_(static_cast<int>(ps_addresses_.size())),
       num_workers_(num_workers),
-      ps_registered_(num_ps, false),
-      worker_registered_(num_workers, false),
+      chief_incarnation_(MakeSender("chief", 0).incarnation()),
+      sweep_interval_(sweep_interval),
+      ps_(num_ps_),
       workers_(num_workers),
-      progress_(num_workers) {}
+      progress_(num_workers),
+      sweeper_([this] { SweepLoop(); }) {}
+
+Coordinator::~Coordinator() {
+  RequestStop();
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
+  sweeper_.join();
+}
+
+void Coordinator::Run(Finished& finished) {
+  for (auto& [done, status] : finished) done(status);
+  finished.clear();
+}
 
 absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse* resp) {
   const Sender& s = req.sender();
+  if (absl::Status st = CheckSenderPresent(req.has_sender(), s, "Register"); !st.ok()) return st;
+  if (req.address().size() > static_cast<size_t>(kMaxNameBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("register from ", TaskName(s.job(), s.task()),
+                                                   ": address of ", req.address().size(),
+                                                   " bytes exceeds ", kMaxNameBytes));
+  }
   absl::MutexLock lock(&mu_);
-  std::vector<bool>* table = nullptr;
-  if (s.job() == "ps") table = &ps_registered_;
-  if (s.job() == "worker") table = &worker_registered_;
+  std::vector<Sender>* table = nullptr;
+  if (s.job() == "ps") table = &ps_;
+  if (s.job() == "worker") table = &workers_;
   if (table == nullptr) {
-    return absl::InvalidArgumentError(
+    return absl::PermissionDeniedError(
         absl::StrCat("register from job \"", s.job(), "\": only ps and worker tasks register"));
   }
+  const std::string task = TaskName(s.job(), s.task());
   if (s.task() < 0 || s.task() >= static_cast<int>(table->size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register from unknown task ", TaskName(s.job(), s.task()),
-                     ": the cluster has ", table->size(), " ", s.job(), " task(s)"));
+    return absl::InvalidArgumentError(absl::StrCat("register from unknown task ", task,
+                                                   ": the cluster has ", table->size(), " ",
+                                                   s.job(), " task(s)"));
   }
-  (*table)[s.task()] = true;
-  if (s.job() == "worker") workers_[s.task()] = s;
+  if (s.incarnation() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register from ", task, " without an incarnation"));
+  }
+  Sender& registered = (*table)[s.task()];
+  if (registered.incarnation() != 0 && registered.incarnation() != s.incarnation()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(task, " is already registered by another process (incarnation ",
+                     registered.incarnation(), "); this job does not accept restarted tasks"));
+  }
+  registered = s;
   resp->set_mode(mode_);
+  resp->set_chief_incarnation(chief_incarnation_);
+  for (const std::string& a : ps_addresses_) resp->add_ps_addresses(a);
   return absl::OkStatus();
 }
 
@@ -47,28 +107,49 @@ void Coordinator::SetMode(const std::string& mode) {
   mode_ = mode;
 }
 
-bool Coordinator::IsWorker(const Sender& s) const {
-  return s.job() == "worker" && s.task() >= 0 && s.task() < num_workers_ &&
-         worker_registered_[s.task()] && workers_[s.task()].incarnation() == s.incarnation();
+absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) const {
+  const std::string task = TaskName(s.job(), s.task());
+  if (s.job() != "worker") {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " from ", task, ": only workers may call it"));
+  }
+  if (s.task() < 0 || s.task() >= num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " from unknown task ", task, ": the cluster has ", num_workers_, " worker task(s)"));
+  }
+  const uint64_t registered = workers_[s.task()].incarnation();
+  if (registered == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " from ", task, ", which is not registered"));
+  }
+  if (registered != s.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " from ", task, " incarnation ", s.incarnation(), ", but ", task,
+        " is registered by incarnation ", registered, " (a stale or restarted process)"));
+  }
+  return absl::OkStatus();
 }
 
 void Coordinator::SetReady() {
-  std::vector<std::function<void(absl::Status)>> released;
+  Finished finished;
   {
     absl::MutexLock lock(&mu_);
     ready_ = true;
-    ReleaseBarriers();
-    released.swap(released_);
+    ReleaseBarriers(&finished);
   }
-  for (auto& done : released) done(absl::OkStatus());
+  Run(finished);
 }
 
-void Coordinator::ReleaseBarriers() {
+void Coordinator::ReleaseBarriers(Finished* out) {
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     BarrierState& b = it->second;
-    const bool all = std::all_of(b.arrived.begin(), b.arrived.end(), [](bool x) { return x; });
-    if (all && (ready_ || it->first != "pstrain/start")) {
-      for (auto& done : b.waiting) released_.push_back(std::move(done));
+    bool all = ready_ || it->first != kStartBarrier;
+    for (int t = 0; all && t < num_workers_; ++t) {
+      all = b.arrivals.contains(t) || progress_[t].done;
+    }
+    if (all) {
+      for (auto& [task, call] : b.arrivals)
+        out->emplace_back(std::move(call.done), absl::OkStatus());
       it = barriers_.erase(it);
     } else {
       ++it;
@@ -76,28 +157,109 @@ void Coordinator::ReleaseBarriers() {
   }
 }
 
-void Coordinator::Barrier(const BarrierRequest& req, std::function<void(absl::Status)> done) {
-  std::vector<std::function<void(absl::Status)>> released;
+std::string Coordinator::Missing(const std::string& name, absl::Time now) const {
+  std::vector<std::string> missing;
+  const auto it = barriers_.find(name);
+  for (int t = 0; t < num_workers_; ++t) {
+    const WorkerProgress& p = progress_[t];
+    if (p.done || (it != barriers_.end() && it->second.arrivals.contains(t))) continue;
+    std::string doing;
+    if (workers_[t].incarnation() == 0) {
+      doing = "not registered";
+    } else if (name == kStartBarrier && !ready_) {
+      doing = "registered; the chief is still configuring the PS";
+    } else if (p.last_report == absl::InfinitePast()) {
+      doing = "training, no progress reported yet";
+    } else {
+      doing = absl::StrCat("training, last progress ", Ago(now - p.last_report), " ago");
+    }
+    for (const auto& [other, b] : barriers_) {
+      if (other != name && b.arrivals.contains(t))
+        doing = absl::StrCat("waits at barrier \"", other, "\"");
+    }
+    missing.push_back(absl::StrCat(TaskName("worker", t), " (", doing, ")"));
+  }
+  return missing.empty() ? "no worker" : absl::StrJoin(missing, ", ");
+}
+
+void Coordinator::Barrier(const BarrierRequest& req, BarrierCall call) {
+  Finished finished;
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (!IsWorker(req.sender())) {
-      refused = absl::PermissionDeniedError(absl::StrCat(
-          "barrier \"", req.name(), "\" from ", TaskName(req.sender().job(), req.sender().task()),
-          ", which is not a registered worker"));
+    const std::string what = "barrier";
+    refused = CheckSenderPresent(req.has_sender(), req.sender(), what);
+    if (refused.ok()) refused = CheckWorker(req.sender(), what);
+    if (!refused.ok()) {
+    } else if (req.name().empty()) {
+      refused = absl::InvalidArgumentError("a barrier needs a name");
+    } else if (req.name().size() > static_cast<size_t>(kMaxNameBytes)) {
+      refused = absl::InvalidArgumentError(
+          absl::StrCat("barrier name of ", req.name().size(), " bytes exceeds ", kMaxNameBytes));
     } else if (stop_) {
-      refused = absl::CancelledError("the job is ending");
+      refused =
+          absl::CancelledError(absl::StrCat("barrier \"", req.name(), "\": the job is ending"));
+    } else if (!barriers_.contains(req.name()) &&
+               barriers_.size() >= static_cast<size_t>(kMaxOpenBarriers)) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "barrier \"", req.name(), "\": ", kMaxOpenBarriers, " barriers are open already"));
     } else {
+      const int task = req.sender().task();
       BarrierState& b = barriers_[req.name()];
-      if (b.arrived.empty()) b.arrived.assign(num_workers_, false);
-      b.arrived[req.sender().task()] = true;
-      b.waiting.push_back(std::move(done));
-      ReleaseBarriers();
-      released.swap(released_);
+      if (auto old = b.arrivals.find(task); old != b.arrivals.end()) {
+        finished.emplace_back(std::move(old->second.done),
+                              absl::AbortedError(absl::StrCat(
+                                  "barrier \"", req.name(), "\": ", TaskName("worker", task),
+                                  " arrived again; this earlier arrival no longer counts")));
+        b.arrivals.erase(old);
+      }
+      b.arrivals.emplace(task, std::move(call));
+      ReleaseBarriers(&finished);
     }
   }
-  if (!refused.ok()) return done(refused);
-  for (auto& d : released) d(absl::OkStatus());
+  if (!refused.ok()) call.done(refused);
+  Run(finished);
+}
+
+int Coordinator::OpenBarriers() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(barriers_.size());
+}
+
+void Coordinator::Sweep(absl::Time now, Finished* out) {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    auto& arrivals = it->second.arrivals;
+    for (auto a = arrivals.begin(); a != arrivals.end();) {
+      const bool cancelled = a->second.cancelled && a->second.cancelled();
+      if (!cancelled && now < a->second.deadline) {
+        ++a;
+        continue;
+      }
+      BarrierCall call = std::move(a->second);
+      a = arrivals.erase(a);  // withdrawn first, so Missing names this worker too
+      out->emplace_back(std::move(call.done),
+                        cancelled ? absl::CancelledError(absl::StrCat("barrier \"", it->first,
+                                                                      "\": the call was cancelled"))
+                                  : absl::DeadlineExceededError(absl::StrCat(
+                                        "barrier \"", it->first, "\": deadline passed waiting for ",
+                                        Missing(it->first, now))));
+    }
+    it = arrivals.empty() ? barriers_.erase(it) : std::next(it);
+  }
+}
+
+void Coordinator::SweepLoop() {
+  Finished finished;
+  mu_.Lock();
+  while (!closing_) {
+    mu_.AwaitWithTimeout(absl::Condition(&closing_), sweep_interval_);
+    Sweep(absl::Now(), &finished);
+    if (finished.empty()) continue;
+    mu_.Unlock();
+    Run(finished);
+    mu_.Lock();
+  }
+  mu_.Unlock();
 }
 
 void Coordinator::SetCreateVariable(CreateVariableFn fn) {
@@ -110,11 +272,11 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
   CreateVariableFn fn;
   {
     absl::MutexLock lock(&mu_);
-    if (!IsWorker(req.sender())) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("CreateVariable from ", TaskName(req.sender().job(), req.sender().task()),
-                       ", which is not a registered worker"));
+    const std::string what = "CreateVariable";
+    if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), what); !s.ok()) {
+      return s;
     }
+    if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
     fn = create_variable_;
   }
   if (!fn) {
@@ -130,43 +292,59 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
 
 absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
   const Sender& s = req.sender();
-  absl::MutexLock lock(&mu_);
-  if (s.job() != "worker" || s.task() < 0 || s.task() >= num_workers_ ||
-      !worker_registered_[s.task()]) {
-    return absl::InvalidArgumentError(absl::StrCat("progress report from ",
-                                                   TaskName(s.job(), s.task()),
-                                                   ", which is not a registered worker"));
+  const std::string what = "progress report";
+  if (absl::Status st = CheckSenderPresent(req.has_sender(), s, what); !st.ok()) return st;
+  if (req.error().size() > static_cast<size_t>(kMaxTextBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " from ", TaskName(s.job(), s.task()),
+                                                   ": error text of ", req.error().size(),
+                                                   " bytes exceeds ", kMaxTextBytes));
   }
-  WorkerProgress& p = progress_[s.task()];
-  p.epoch = req.epoch();
-  p.steps = req.steps();
-  p.examples = req.examples();
-  p.loss = req.loss();
-  p.done = req.done();
-  if (!req.error().empty()) p.error = req.error();
-  p.nonfinite_skipped = req.nonfinite_skipped();
-  p.stale_dropped = req.stale_dropped();
-  p.last_report = absl::Now();
-  ++reports_;
-  *stop = stop_;
+  if (req.epoch() < 0 || req.steps() < 0 || req.examples() < 0 || req.nonfinite_skipped() < 0 ||
+      req.stale_dropped() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " from ", TaskName(s.job(), s.task()), ": negative epoch or count"));
+  }
+  Finished finished;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status st = CheckWorker(s, what); !st.ok()) return st;
+    WorkerProgress& p = progress_[s.task()];
+    p.epoch = req.epoch();
+    p.steps = req.steps();
+    p.examples = req.examples();
+    p.loss = req.loss();
+    p.done = p.done || req.done();
+    if (!req.error().empty()) p.error = req.error();
+    p.nonfinite_skipped = req.nonfinite_skipped();
+    p.stale_dropped = req.stale_dropped();
+    p.last_report = absl::Now();
+    ++reports_;
+    *stop = stop_;
+    if (p.done) ReleaseBarriers(&finished);
+  }
+  Run(finished);
   return absl::OkStatus();
 }
 
 absl::Status Coordinator::WaitForRegistration(absl::Duration timeout) {
   auto all = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    for (bool b : ps_registered_)
-      if (!b) return false;
-    for (bool b : worker_registered_)
-      if (!b) return false;
+    if (abort_) return true;
+    for (const Sender& s : ps_)
+      if (s.incarnation() == 0) return false;
+    for (const Sender& s : workers_)
+      if (s.incarnation() == 0) return false;
     return true;
   };
   absl::MutexLock lock(&mu_);
-  if (mu_.AwaitWithTimeout(absl::Condition(&all), timeout)) return absl::OkStatus();
+  const bool registered = mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
+  if (abort_) return absl::CancelledError(absl::StrCat("stopped by ", *abort_));
+  if (registered) return absl::OkStatus();
   std::vector<std::string> missing;
-  for (int i = 0; i < num_ps_; ++i)
-    if (!ps_registered_[i]) missing.push_back(TaskName("ps", i));
+  for (int i = 0; i < num_ps_; ++i) {
+    if (ps_[i].incarnation() == 0) missing.push_back(TaskName("ps", i));
+  }
   for (int i = 0; i < num_workers_; ++i) {
-    if (!worker_registered_[i]) missing.push_back(TaskName("worker", i));
+    if (workers_[i].incarnation() == 0) missing.push_back(TaskName("worker", i));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("timed out after ", absl::FormatDuration(timeout),
@@ -176,72 +354,42 @@ absl::Status Coordinator::WaitForRegistration(absl::Duration timeout) {
 std::vector<WorkerProgress> Coordinator::WaitForReport(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   const int64_t seen = reports_;
-  auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return reports_ != seen; };
+  auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return reports_ != seen || abort_.has_value();
+  };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
-  return progress_;
+  std::vector<WorkerProgress> snapshot = progress_;
+  for (const auto& [name, b] : barriers_) {
+    for (const auto& [task, call] : b.arrivals) snapshot[task].barrier = name;
+  }
+  return snapshot;
 }
 
 void Coordinator::RequestStop() {
-  std::vector<std::function<void(absl::Status)>> cancelled;
+  Finished finished;
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     for (auto& [name, b] : barriers_) {
-      for (auto& d : b.waiting) cancelled.push_back(std::move(d));
+      for (auto& [task, call] : b.arrivals) {
+        finished.emplace_back(
+            std::move(call.done),
+            absl::CancelledError(absl::StrCat("barrier \"", name, "\": the job is ending")));
+      }
     }
     barriers_.clear();
   }
-  for (auto& d : cancelled) d(absl::CancelledError("the job is ending"));
+  Run(finished);
 }
 
-namespace {
+void Coordinator::Abort(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (!abort_) abort_ = reason;
+}
 
-class MasterServiceImpl final : public MasterService::CallbackService {
- public:
-  explicit MasterServiceImpl(Coordinator* c) : coordinator_(c) {}
-
-  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
-                                     RegisterResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(coordinator_->Register(*req, resp)));
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* CreateVariable(grpc::CallbackServerContext* ctx,
-                                           const CreateVariableRequest* req,
-                                           CreateVariableResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(coordinator_->CreateVariable(*req, resp)));
-    return reactor;
-  }
-
-  // Held open until every worker arrived; finished from the thread of the last arrival.
-  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const BarrierRequest* req,
-                                    BarrierResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    coordinator_->Barrier(*req, [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
-    return reactor;
-  }
-
-  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
-                                           const ProgressRequest* req,
-                                           ProgressResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    bool stop = false;
-    absl::Status s = coordinator_->Report(*req, &stop);
-    resp->set_stop(stop);
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-
- private:
-  Coordinator* const coordinator_;
-};
-
-}  // namespace
-
-std::unique_ptr<grpc::Service> MakeMasterService(Coordinator* coordinator) {
-  return std::make_unique<MasterServiceImpl>(coordinator);
+std::optional<std::string> Coordinator::AbortReason() const {
+  absl::MutexLock lock(&mu_);
+  return abort_;
 }
 
 }  // namespace pstrain

@@ -1,11 +1,14 @@
-// Internal to src/master: the chief's view of the cluster (who registered, how far each worker
-// got) and the MasterService that feeds it.
+// Internal to src/master: the chief's view of the cluster (who registered, with which
+// incarnation, how far each worker got, who waits at which barrier) and the MasterService that
+// feeds it.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,14 +31,39 @@ struct WorkerProgress {
   bool done = false;
   std::string error;
   absl::Time last_report = absl::InfinitePast();
+  std::string barrier;  // in snapshots: the barrier this worker waits at now ("" = none)
 };
 
-// Thread-safe. Filled by MasterService handlers, read by the job loop.
+// One worker's call to Barrier, as the service sees it.
+struct BarrierCall {
+  // When the caller gives up; the arrival is then withdrawn and finished with DeadlineExceeded.
+  absl::Time deadline = absl::InfiniteFuture();
+  // True once the caller went away (the call was cancelled); the arrival is then withdrawn.
+  // Empty = never. Called with the Coordinator's lock held, from any thread, until `done` runs.
+  std::function<bool()> cancelled;
+  // Called exactly once, without the Coordinator's lock, inline or from another thread.
+  std::function<void(absl::Status)> done;
+};
+
+// Thread-safe. Filled by MasterService handlers, read by the job loop. Every method that takes a
+// request checks its sender first: a missing sender or an over-long field is InvalidArgument, a
+// job that may not call the method PermissionDenied, and a worker that is not registered, or
+// registered by another process (a different incarnation), FailedPrecondition; a refused
+// request changes nothing.
 class Coordinator {
  public:
-  Coordinator(int num_ps, int num_workers);
+  // `ps_addresses` by task, told to registering tasks. Starts the thread that withdraws barrier
+  // arrivals whose caller gave up (every `sweep_interval`).
+  Coordinator(std::vector<std::string> ps_addresses, int num_workers,
+              absl::Duration sweep_interval = absl::Milliseconds(200));
+  // Finishes every pending barrier arrival with Cancelled and stops the sweep thread.
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
 
-  // Registers a task; InvalidArgument for an unknown job or a task index outside the cluster.
+  // Registers a ps or worker task and answers with the job's mode, the chief's incarnation and
+  // every PS address. The same task again with the same incarnation is a harmless retry; with
+  // another incarnation it is FailedPrecondition (this job does not accept restarted tasks).
   absl::Status Register(const RegisterRequest& req, RegisterResponse* resp);
   // The workers as they registered (with their incarnations), by task.
   std::vector<Sender> Workers() const;
@@ -44,47 +72,74 @@ class Coordinator {
   // Opens the "pstrain/start" barrier: the PS are configured.
   void SetReady();
 
-  // Calls `done` once every worker reached barrier `name` (and, for "pstrain/start", the
-  // cluster is ready), or with an error for a sender that is not a registered worker. `done` may
-  // run inline or on the thread that completes the barrier.
-  void Barrier(const BarrierRequest& req, std::function<void(absl::Status)> done);
+  // A barrier releases once every worker has either arrived or reported done (and, for
+  // "pstrain/start", the cluster is ready). An arrival whose call's deadline passed or that was
+  // cancelled is withdrawn (it no longer counts) and finished with DeadlineExceeded naming the
+  // workers that had not arrived and what they are doing. A barrier with no arrivals left is
+  // freed. A second arrival of the same worker replaces its first (finished with Aborted).
+  // Refused: a bad sender (see above), an empty name or one over kMaxNameBytes
+  // (InvalidArgument), a new barrier while kMaxOpenBarriers are open (ResourceExhausted), or a
+  // job that is ending (Cancelled).
+  void Barrier(const BarrierRequest& req, BarrierCall call);
+  // Barriers with at least one arrival waiting.
+  int OpenBarriers() const;
+
   // Serves CreateVariable for client programs; unset = FailedPrecondition.
   using CreateVariableFn = std::function<absl::StatusOr<Placement>(const VariableSpec&)>;
   void SetCreateVariable(CreateVariableFn fn);
   absl::Status CreateVariable(const CreateVariableRequest& req, CreateVariableResponse* resp);
-  // Records a worker's report; InvalidArgument from a task that is not a registered worker.
-  // Sets *stop when the job is ending.
+  // Records a worker's report; a report that is refused is not counted (so its error cannot end
+  // the job). A report of done re-checks the open barriers. Sets *stop when the job is ending.
   absl::Status Report(const ProgressRequest& req, bool* stop);
 
-  // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks.
+  // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks;
+  // Cancelled if Abort was called.
   absl::Status WaitForRegistration(absl::Duration timeout);
-  // Waits up to `timeout` for the next report (or for the job to end). Returns a snapshot.
+  // Waits up to `timeout` for the next report (or for Abort). Returns a snapshot.
   std::vector<WorkerProgress> WaitForReport(absl::Duration timeout);
-  // Tells workers to stop at their next report.
+  // Tells workers to stop at their next report and finishes every barrier arrival (Cancelled).
   void RequestStop();
+  // Ends the waits above early; the job loop then stops with `reason`. The first reason wins.
+  void Abort(const std::string& reason);
+  std::optional<std::string> AbortReason() const;
 
  private:
-  bool IsWorker(const Sender& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseBarriers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  using Finished = std::vector<std::pair<std::function<void(absl::Status)>, absl::Status>>;
+  struct BarrierState {
+    std::map<int, BarrierCall> arrivals;  // by worker task
+  };
 
+  // OK if `s` names a registered worker with its registered incarnation; `what` names the call.
+  absl::Status CheckWorker(const Sender& s, const std::string& what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Moves the arrivals of every barrier that may release into *out and frees those barriers.
+  void ReleaseBarriers(Finished* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Withdraws the arrivals whose caller gave up, into *out.
+  void Sweep(absl::Time now, Finished* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "worker:1 (training, last progress 3s ago)" for every worker not at barrier `name`.
+  std::string Missing(const std::string& name, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void SweepLoop();
+  static void Run(Finished& finished);
+
+  const std::vector<std::string> ps_addresses_;
   const int num_ps_;
   const int num_workers_;
+  const uint64_t chief_incarnation_;
+  const absl::Duration sweep_interval_;
   mutable absl::Mutex mu_;
-  std::vector<bool> ps_registered_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> worker_registered_ ABSL_GUARDED_BY(mu_);
+  std::vector<Sender> ps_ ABSL_GUARDED_BY(mu_);  // incarnation 0 = not registered
   std::vector<Sender> workers_ ABSL_GUARDED_BY(mu_);
   std::string mode_ ABSL_GUARDED_BY(mu_) = "async";
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
-  struct BarrierState {
-    std::vector<bool> arrived;
-    std::vector<std::function<void(absl::Status)>> waiting;
-  };
   std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void(absl::Status)>> released_ ABSL_GUARDED_BY(mu_);
   CreateVariableFn create_variable_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::string> abort_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sweeper_;  // last: started once everything above is constructed
 };
 
 // gRPC MasterService (callback API) over a Coordinator that must outlive it.

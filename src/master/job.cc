@@ -1,14 +1,19 @@
 // RunJob: the chief's side of one training job, from registration to shutdown.
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "common/limits.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "data/data.h"
 #include "master/coordinator.h"
 #include "master/master.h"
+#include "master/progress.h"
+#include "master/specs.h"
 #include "master/variables.h"
 #include "model/model.h"
 #include "ps.grpc.pb.h"
@@ -17,6 +22,27 @@
 
 namespace pstrain {
 namespace {
+
+// A gap this long between two passes of the job loop means the chief itself did not run
+// (SIGSTOP, a starved machine): that time is not counted as silence of the workers.
+constexpr absl::Duration kLoopStall = absl::Seconds(5);
+
+absl::Status Stopped(const std::string& reason) {
+  return absl::CancelledError(absl::StrCat("stopped by ", reason));
+}
+
+// Calls `rpc` with a fresh context until it succeeds, fails for good, or `timeout` has passed:
+// for calls to a peer that may not be ready yet, and that are safe to repeat.
+template <typename Rpc>
+absl::Status CallWithRetry(absl::Duration timeout, const std::string& what, const std::string& task,
+                           Rpc rpc) {
+  const absl::Time deadline = absl::Now() + timeout;
+  return RetryUntil(timeout, absl::StrCat(what, " at ", task), [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    return FromGrpcStatus(rpc(&ctx), what, task);
+  });
+}
 
 class Job {
  public:
@@ -45,9 +71,11 @@ class Job {
       absl::StatusOr<std::vector<Placement>> p = CreateMlpVariables(*model);
       if (!p.ok()) return p.status();
       placement = *std::move(p);
+      WarnIfUnbalanced();
     } else {
       coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
     }
+    if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
     coordinator_->SetReady();
     const absl::Time start = absl::Now();
     if (model != nullptr) {
@@ -62,19 +90,25 @@ class Job {
     result.num_workers = static_cast<int>(workers_.size());
     if (absl::Status s = CollectStats(&result.ps_stats); !s.ok()) return s;
     if (model != nullptr) {
+      // Every update touches every shard once: updates per shard are the global steps.
+      const int64_t shards = placer_->NumShards();
+      if (shards > 0) result.global_step = result.ps_stats.updates_applied() / shards;
       absl::StatusOr<double> acc = Evaluate(*model, placement);
       if (!acc.ok()) return acc.status();
       result.test_accuracy = *acc;
+    } else {
+      WarnIfUnbalanced();
     }
     return result;
   }
 
   // Best effort: every task is told to stop, in parallel, each with a short deadline.
-  void ShutdownTasks(const std::string& reason) {
+  void ShutdownTasks(const std::string& reason, bool job_succeeded) {
     std::vector<std::thread> threads;
     ShutdownRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
-    req.set_reason(reason);
+    req.set_reason(reason.substr(0, kMaxTextBytes));
+    req.set_job_succeeded(job_succeeded);
     auto shutdown = [&req](auto* stub) {
       ShutdownResponse resp;
       stub->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
@@ -106,8 +140,10 @@ class Job {
     req.set_wait_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
     for (size_t t = 0; t < ps_.size(); ++t) {
       ConfigureResponse resp;
-      grpc::Status s = ps_[t]->Configure(ContextWithTimeout(config_.rpc_timeout).get(), req, &resp);
-      if (!s.ok()) return FromGrpcStatus(s, "Configure", TaskName("ps", t));
+      absl::Status s = CallWithRetry(
+          config_.rpc_timeout, "Configure", TaskName("ps", t),
+          [&](grpc::ClientContext* ctx) { return ps_[t]->Configure(ctx, req, &resp); });
+      if (!s.ok()) return s;
     }
     spdlog::info("mode {}{}", config_.mode,
                  config_.mode == "sync"
@@ -153,30 +189,22 @@ class Job {
     std::vector<Tensor> init = model.Initialize(config_.seed);
     std::vector<NewVariable> vars;
     for (size_t i = 0; i < init.size(); ++i) {
-      vars.push_back({model.params()[i].name, std::move(init[i]), config_.optimizer});
+      std::vector<int64_t> shape = init[i].shape;
+      vars.push_back({model.params()[i].name, std::move(shape), config_.optimizer,
+                      [t = std::move(init[i])]() -> absl::StatusOr<Tensor> { return t; }});
     }
     return placer_->CreateAll(vars);
   }
 
+  // CreateVariable of a client program: the spec is checked before anything is drawn or sent.
   absl::StatusOr<Placement> Create(const VariableSpec& spec) {
-    Initializer init;
-    const InitializerDef& d = spec.initializer();
-    init.kind = d.kind().empty() ? "zeros" : d.kind();
-    init.value = d.value();
-    init.low = d.low();
-    init.high = d.high();
-    init.mean = d.mean();
-    init.stddev = d.stddev();
-    init.seed = d.seed();
-    absl::StatusOr<Tensor> value =
-        MakeInitialValue(std::vector<int64_t>(spec.shape().begin(), spec.shape().end()), init);
-    if (!value.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("variable ", spec.name(), ": ", value.status().message()));
-    }
-    OptimizerConfig opt = spec.has_optimizer() ? spec.optimizer() : config_.optimizer;
-    if (opt.name().empty()) opt = config_.optimizer;
-    return placer_->GetOrCreate({spec.name(), *std::move(value), opt}, spec.partitioner());
+    absl::StatusOr<NewVariable> var = VariableFromSpec(spec, config_.optimizer);
+    if (!var.ok()) return var.status();
+    return placer_->GetOrCreate(*var, spec.partitioner());
+  }
+
+  void WarnIfUnbalanced() {
+    if (std::optional<std::string> w = placer_->Imbalance()) spdlog::warn("{}", *w);
   }
 
   absl::Status StartWorkers(const Mlp& model, const std::vector<Placement>& placement) {
@@ -201,53 +229,61 @@ class Job {
       if (static_cast<int>(t) == config_.slow_worker) {
         req.mutable_spec()->set_step_delay_ms(config_.slow_worker_delay_ms);
       }
+      // Retried: a worker repeats nothing for a StartTraining it already took from this chief.
       StartTrainingResponse resp;
-      grpc::Status s =
-          workers_[t]->StartTraining(ContextWithTimeout(config_.rpc_timeout).get(), req, &resp);
-      if (!s.ok()) return FromGrpcStatus(s, "StartTraining", TaskName("worker", t));
+      absl::Status s = CallWithRetry(
+          config_.rpc_timeout, "StartTraining", TaskName("worker", t),
+          [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, &resp); });
+      if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
 
+  // The job's length in global steps, if the chief knows it.
+  int64_t TotalSteps() const { return config_.model == "mlp" ? GlobalSteps() : 0; }
+
   absl::Status WaitForWorkers(absl::Time start, JobResult* result) {
     absl::Time last_line = absl::InfinitePast();
+    absl::Time last_pass = absl::Now();
+    // Per worker: the latest time it is known not to be silent (started, or seen at a barrier,
+    // or the chief itself just resumed).
+    std::vector<absl::Time> alive(workers_.size(), start);
+    result->total_steps = TotalSteps();
     while (true) {
       const std::vector<WorkerProgress> progress = coordinator_->WaitForReport(absl::Seconds(1));
       const absl::Time now = absl::Now();
-      bool all_done = true;
-      int epoch = config_.epochs;
-      double loss = 0;
-      result->steps = result->examples = result->nonfinite_skipped = 0;
-      result->worker_steps.clear();
-      result->worker_stale_steps.clear();
-      for (size_t t = 0; t < progress.size(); ++t) {
-        const WorkerProgress& p = progress[t];
-        if (!p.error.empty()) {
-          return absl::AbortedError(absl::StrCat(TaskName("worker", t), " failed: ", p.error));
-        }
-        const absl::Time seen = std::max(p.last_report, start);
-        if (!p.done && now - seen > config_.task_timeout) {
-          return absl::DeadlineExceededError(
-              absl::StrCat(TaskName("worker", t), " sent no progress for ",
-                           absl::FormatDuration(config_.task_timeout)));
-        }
-        all_done = all_done && p.done;
-        epoch = std::min(epoch, p.done ? config_.epochs : p.epoch + 1);
-        loss += p.loss / progress.size();
-        result->steps += p.steps;
-        result->examples += p.examples;
-        result->nonfinite_skipped += p.nonfinite_skipped;
-        result->worker_steps.push_back(p.steps);
-        result->worker_stale_steps.push_back(p.stale_dropped);
+      if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
+      if (now - last_pass > kLoopStall) {
+        spdlog::warn("the chief did not run for {}; worker silence is counted from now",
+                     WholeSeconds(now - last_pass));
+        std::fill(alive.begin(), alive.end(), now);
       }
-      result->final_loss = loss;
+      last_pass = now;
+      for (size_t t = 0; t < progress.size(); ++t) {
+        if (!progress[t].barrier.empty()) alive[t] = now;
+      }
+      if (absl::Status s = CheckWorkers(progress, alive, now, config_.task_timeout); !s.ok()) {
+        return s;
+      }
+      const bool all_done = Summarize(progress, result);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
-        const double secs = std::max(absl::ToDoubleSeconds(now - start), 1e-9);
+        int epoch = config_.epochs;
+        for (const WorkerProgress& p : progress) {
+          epoch = std::min(epoch, p.done ? config_.epochs : p.epoch + 1);
+        }
+        ProgressView view;
+        if (config_.model == "mlp") {
+          view.epoch = epoch;
+          view.epochs = config_.epochs;
+        }
+        view.step = result->global_step;
+        view.total = result->total_steps;
+        view.loss = result->final_loss;
+        view.elapsed = now - start;
+        view.examples_per_sec =
+            result->examples / std::max(absl::ToDoubleSeconds(view.elapsed), 1e-9);
         // One line per update; the launcher shows these in place.
-        const std::string where =
-            config_.model == "mlp" ? absl::StrCat("epoch ", epoch, "/", config_.epochs, " ") : "";
-        std::fprintf(stderr, "progress %sstep %lld loss %.4f examples/s %.0f\n", where.c_str(),
-                     static_cast<long long>(result->steps), loss, result->examples / secs);
+        std::fprintf(stderr, "%s\n", ProgressLine(view).c_str());
         std::fflush(stderr);
         last_line = now;
       }
@@ -255,11 +291,41 @@ class Job {
     }
   }
 
+  // Sums the reports into *result; true once every worker is done.
+  bool Summarize(const std::vector<WorkerProgress>& progress, JobResult* result) const {
+    bool all_done = true;
+    double loss = 0;
+    int64_t max_steps = 0;
+    result->steps = result->examples = result->nonfinite_skipped = result->worker_pushes = 0;
+    result->worker_steps.clear();
+    result->worker_stale_steps.clear();
+    for (const WorkerProgress& p : progress) {
+      all_done = all_done && p.done;
+      loss += p.loss / progress.size();
+      result->steps += p.steps;
+      result->examples += p.examples;
+      result->nonfinite_skipped += p.nonfinite_skipped;
+      result->worker_pushes += std::max<int64_t>(p.steps - p.nonfinite_skipped, 0);
+      result->worker_steps.push_back(p.steps);
+      result->worker_stale_steps.push_back(p.stale_dropped);
+      max_steps = std::max(max_steps, p.steps);
+    }
+    result->final_loss = loss;
+    // Sync: every worker steps with the model, so the fastest is at the global step. Async and
+    // ssp: every push is an update.
+    result->global_step = config_.mode == "sync" ? max_steps : result->worker_pushes;
+    return all_done;
+  }
+
   // Every PS's counters: sums, and the largest clock gap.
   absl::Status CollectStats(StatsResponse* total) {
     PsClient client(ps_addresses_, {}, MakeSender("chief", 0), config_.rpc_timeout);
-    absl::StatusOr<std::vector<StatsResponse>> stats = client.Stats();
-    if (!stats.ok()) return stats.status();
+    absl::StatusOr<std::vector<StatsResponse>> stats;
+    absl::Status s = RetryUntil(config_.rpc_timeout, "Stats of every ps", [&] {
+      stats = client.Stats();
+      return stats.status();
+    });
+    if (!s.ok()) return s;
     for (const StatsResponse& s : *stats) {
       total->set_pushes_applied(total->pushes_applied() + s.pushes_applied());
       total->set_updates_applied(total->updates_applied() + s.updates_applied());
@@ -296,17 +362,52 @@ class Job {
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
 };
 
+// The running jobs of this process, for RequestJobStop.
+struct StopRegistry {
+  absl::Mutex mu;
+  std::optional<std::string> reason ABSL_GUARDED_BY(mu);
+  std::set<Coordinator*> running ABSL_GUARDED_BY(mu);
+};
+StopRegistry& Registry() {
+  static StopRegistry* const registry = new StopRegistry;  // never destroyed: used at exit
+  return *registry;
+}
+
+// Makes `c` reachable by RequestJobStop while it lives.
+class StopRegistration {
+ public:
+  explicit StopRegistration(Coordinator* c) : c_(c) {
+    StopRegistry& r = Registry();
+    absl::MutexLock lock(&r.mu);
+    r.running.insert(c_);
+    if (r.reason) c_->Abort(*r.reason);
+  }
+  ~StopRegistration() {
+    StopRegistry& r = Registry();
+    absl::MutexLock lock(&r.mu);
+    r.running.erase(c_);
+  }
+  StopRegistration(const StopRegistration&) = delete;
+  StopRegistration& operator=(const StopRegistration&) = delete;
+
+ private:
+  Coordinator* const c_;
+};
+
 }  // namespace
+
+void RequestJobStop(const std::string& reason) {
+  StopRegistry& r = Registry();
+  absl::MutexLock lock(&r.mu);
+  if (!r.reason) r.reason = reason;
+  for (Coordinator* c : r.running) c->Abort(*r.reason);
+}
 
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   const JobConfig& config = options.job;
-  if (absl::Status s = config.Validate(); !s.ok()) return s;
   const int num_workers = static_cast<int>(options.worker_addresses.size());
-  if (config.replicas_to_aggregate > num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("replicas_to_aggregate ",
-                                                   config.replicas_to_aggregate, " exceeds the ",
-                                                   num_workers, " workers"));
-  }
+  const int num_ps = static_cast<int>(options.ps_addresses.size());
+  if (absl::Status s = config.ValidateFor(num_ps, num_workers); !s.ok()) return s;
   Dataset test;
   if (config.model == "mlp") {
     absl::StatusOr<Dataset> loaded = LoadMnist(config.data_dir, "t10k");
@@ -317,14 +418,15 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
       options.ps_addresses, config.partitioner, config.placement, config.rpc_timeout);
   if (!placer.ok()) return placer.status();
 
-  Coordinator coordinator(options.ps_addresses.size(), num_workers);
+  Coordinator coordinator(options.ps_addresses, num_workers);
+  StopRegistration stoppable(&coordinator);
   coordinator.SetMode(config.mode);
   std::unique_ptr<grpc::Service> service = MakeMasterService(&coordinator);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartGrpcServer(options.listen_address, {service.get()});
   if (!server.ok()) return server.status();
   spdlog::info("chief listening on {}, waiting for {} ps and {} workers", options.listen_address,
-               options.ps_addresses.size(), num_workers);
+               num_ps, num_workers);
 
   Job job(options, &coordinator, &test, placer->get());
   absl::StatusOr<JobResult> result;
@@ -334,7 +436,8 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
     result = job.Run();
   }
   coordinator.RequestStop();
-  job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()));
+  job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()),
+                    result.ok());
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return result;
 }

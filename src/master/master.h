@@ -19,13 +19,15 @@ struct JobConfig {
   // "mlp": the built-in MNIST job. "external": workers are client programs (client.h); the chief
   // creates their variables, runs their barriers and ends the job when all report done.
   std::string model = "mlp";
-  std::string mode = "async";             // async, sync or ssp
-  int replicas_to_aggregate = 0;          // sync: gradients per step; 0 = every worker
-  int staleness = 0;                      // ssp: clocks a worker may run ahead of the slowest
-  std::string partitioner = "none";       // none, fixed:N, min_bytes:B, max_bytes:B
-  std::string placement = "round_robin";  // round_robin or greedy (by bytes)
-  bool stop_on_nonfinite = false;  // a NaN/Inf gradient stops the job; else skipped and counted
-  int slow_worker = -1;            // for tests: this worker sleeps slow_worker_delay_ms per step
+  std::string mode = "async";     // async, sync or ssp
+  int replicas_to_aggregate = 0;  // sync: gradients per step; 0 = every worker
+  int staleness = 0;              // ssp: clocks a worker may run ahead of the slowest
+  // auto (split a variable over 256 KiB into up to one shard per PS of at least 256 KiB, and
+  // always into shards of at most 64 MiB), none, fixed:N, min_bytes:B, max_bytes:B
+  std::string partitioner = "auto";
+  std::string placement = "greedy";  // greedy (by bytes) or round_robin
+  bool stop_on_nonfinite = false;    // a NaN/Inf gradient stops the job; else skipped and counted
+  int slow_worker = -1;              // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
   int batch_size = 64;
@@ -37,8 +39,13 @@ struct JobConfig {
   absl::Duration rpc_timeout = absl::Seconds(30);
 
   JobConfig();
-  // InvalidArgument naming the first bad field.
+  // InvalidArgument naming the first bad setting by its command-line flag ("--lr_step_size must
+  // be positive with --lr_schedule step, got 0").
   absl::Status Validate() const;
+  // Validate, then what depends on the cluster: at least one PS and one worker (at most
+  // kMaxTasks each), --replicas_to_aggregate at most the workers, --slow_worker among them.
+  // The launcher calls it before starting any process; RunJob calls it too.
+  absl::Status ValidateFor(int num_ps, int num_workers) const;
 };
 
 struct MasterOptions {
@@ -52,7 +59,10 @@ struct JobResult {
   std::string mode;
   double test_accuracy = 0;  // mlp jobs
   double examples_per_sec = 0;
-  int64_t steps = 0;  // steps of all workers together
+  int64_t steps = 0;          // steps of all workers together
+  int64_t global_step = 0;    // sync: steps of the model (the PS version); else updates applied
+  int64_t total_steps = 0;    // the job's length in global steps; 0 = not known (external)
+  int64_t worker_pushes = 0;  // gradients the workers pushed, all together
   int64_t examples = 0;
   double seconds = 0;  // training time, from the first task started to the last finished
   double final_loss = 0;
@@ -71,8 +81,16 @@ struct JobResult {
 //    data shards, and evaluates the final parameters on the test set;
 //  - model "external": serves CreateVariable and Barrier to client programs;
 // logs progress to stderr until every worker reported done, collects the PS counters, and finally
-// tells every task to shut down (also on failure, so nothing is left waiting). Errors name the
-// task or file at fault.
+// tells every task to shut down, saying whether the job succeeded (also on failure, so nothing is
+// left waiting). Errors name the task or file at fault. Variables over kMaxVariableBytes
+// (8 GiB: the chief draws initial values in its memory) are refused.
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options);
+
+// Ends every RunJob running in this process early, e.g. from the thread that handles SIGINT and
+// SIGTERM: each shuts every task down with job_succeeded = false and returns
+// Cancelled("stopped by <reason>"). Thread-safe and async-signal-unsafe (call it from a thread,
+// not from a signal handler). A request made before RunJob starts is kept: a RunJob that starts
+// later stops at once, since the process is ending. The first reason wins.
+void RequestJobStop(const std::string& reason);
 
 }  // namespace pstrain

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/limits.h"
 
 namespace pstrain {
 namespace {
@@ -25,7 +26,7 @@ constexpr int64_t kFloatBytes = 4;
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
 constexpr absl::string_view kPartitionerForms =
-    "expected none, fixed:N (N >= 1), min_bytes:B or max_bytes:B (B >= 1 bytes)";
+    "expected auto, none, fixed:N (N >= 1), min_bytes:B or max_bytes:B (B >= 1 bytes)";
 
 // Bytes of one row (4 * product of shape[1:]); InvalidArgument on a negative dim or overflow.
 absl::StatusOr<int64_t> RowBytes(const std::vector<int64_t>& shape) {
@@ -58,6 +59,20 @@ int64_t ShapeBytes(const std::vector<int64_t>& shape) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
+// Shards of at least `min_bytes`: the smallest of n shards has floor(rows / n) rows.
+int64_t MostShardsOfAtLeast(int64_t rows, int64_t row_bytes, int64_t min_bytes) {
+  return row_bytes > 0 ? rows / CeilDiv(min_bytes, row_bytes) : 1;
+}
+// Shards of at most `max_bytes`: the largest of n shards has ceil(rows / n) rows; one row per
+// shard if a single row is larger.
+int64_t FewestShardsOfAtMost(int64_t rows, int64_t row_bytes, int64_t max_bytes) {
+  if (row_bytes <= 0) return 1;
+  const int64_t max_rows = max_bytes / row_bytes;
+  return max_rows == 0 ? rows : CeilDiv(rows, max_rows);
+}
+
+}  // namespace
+
 std::string HumanBytes(int64_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);
@@ -70,11 +85,13 @@ std::string HumanBytes(int64_t bytes) {
   return absl::StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
-}  // namespace
-
 absl::StatusOr<PartitionerSpec> ParsePartitioner(const std::string& text) {
   PartitionerSpec spec;
   if (text == "none") return spec;
+  if (text == "auto") {
+    spec.kind = PartitionerSpec::Kind::kAuto;
+    return spec;
+  }
   const size_t colon = text.find(':');
   const absl::string_view name = absl::string_view(text).substr(0, colon);
   if (colon == std::string::npos ||
@@ -137,19 +154,25 @@ absl::StatusOr<std::vector<RowRange>> PartitionRows(const std::vector<int64_t>& 
       n = spec.num_shards;
       break;
     case Kind::kMinShardBytes:
-      // The smallest of n shards has floor(rows / n) rows; it needs min_rows rows.
-      if (row_bytes > 0) n = rows / CeilDiv(spec.shard_bytes, row_bytes);
+      n = MostShardsOfAtLeast(rows, row_bytes, spec.shard_bytes);
       break;
     case Kind::kMaxShardBytes:
-      // The largest of n shards has ceil(rows / n) rows; it may have at most max_rows rows.
-      if (row_bytes > 0) {
-        const int64_t max_rows = spec.shard_bytes / row_bytes;
-        n = max_rows == 0 ? rows : CeilDiv(rows, max_rows);
-      }
+      n = FewestShardsOfAtMost(rows, row_bytes, spec.shard_bytes);
+      break;
+    case Kind::kAuto:
+      n = MostShardsOfAtLeast(rows, row_bytes, kAutoMinShardBytes);
       break;
   }
   if (spec.max_shards > 0) n = std::min<int64_t>(n, spec.max_shards);
+  if (spec.kind == Kind::kAuto) {
+    n = std::max(n, FewestShardsOfAtMost(rows, row_bytes, kAutoMaxShardBytes));
+  }
   n = std::clamp<int64_t>(n, 1, rows);
+  if (n > kMaxVariablesPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat("shape [", absl::StrJoin(shape, ","),
+                                                   "] would be split into ", n, " shards; at most ",
+                                                   kMaxVariablesPerRequest, " are allowed"));
+  }
 
   std::vector<RowRange> ranges;
   ranges.reserve(static_cast<size_t>(n));

@@ -15,6 +15,11 @@
 
 namespace pstrain {
 
+// kAuto's bounds: splitting below 256 KiB costs more in requests than it balances (TensorFlow's
+// min_slice_size idea), and a shard of at most 64 MiB travels in any message.
+constexpr int64_t kAutoMinShardBytes = int64_t{256} << 10;
+constexpr int64_t kAutoMaxShardBytes = int64_t{64} << 20;
+
 // How to split one variable into shards along axis 0.
 struct PartitionerSpec {
   enum class Kind {
@@ -22,18 +27,21 @@ struct PartitionerSpec {
     kFixed,          // min(num_shards, rows) shards
     kMinShardBytes,  // as many shards as possible, each of at least shard_bytes
     kMaxShardBytes,  // as few shards as possible, each of at most shard_bytes
+    // The default: a variable over kAutoMinShardBytes is split into up to max_shards shards of
+    // at least kAutoMinShardBytes, and always into enough that none exceeds kAutoMaxShardBytes.
+    kAuto,
   };
   Kind kind = Kind::kNone;
   int num_shards = 1;       // kFixed; must be >= 1
   int64_t shard_bytes = 0;  // kMinShardBytes: every shard at least this many bytes;
                             // kMaxShardBytes: at most. Must be > 0 for those kinds.
   // Upper bound on the number of shards for every kind (0 = no bound other than the number of
-  // rows; must be >= 0). The chief passes the number of PS tasks for kMinShardBytes, like TF's
-  // min_max_variable_partitioner(max_partitions).
+  // rows; must be >= 0). The chief passes the number of PS tasks for kMinShardBytes and kAuto,
+  // like TF's min_max_variable_partitioner(max_partitions). kAuto's 64 MiB bound overrides it.
   int max_shards = 0;
 };
 
-// Parses a partitioner as written on the command line: "none", "fixed:N" (N >= 1),
+// Parses a partitioner as written on the command line: "auto", "none", "fixed:N" (N >= 1),
 // "min_bytes:B" or "max_bytes:B" (B >= 1, in bytes). max_shards is left 0 for the caller to set.
 // InvalidArgument naming the bad text and listing the accepted forms.
 absl::StatusOr<PartitionerSpec> ParsePartitioner(const std::string& text);
@@ -56,9 +64,12 @@ struct RowRange {
 //  - kMinShardBytes: the most shards such that even the smallest is >= shard_bytes (at least 1).
 //  - kMaxShardBytes: the fewest shards such that even the largest is <= shard_bytes; if a single
 //    row exceeds shard_bytes, one row per shard.
-//  - The result is then capped by spec.max_shards when it is > 0.
+//  - kAuto: see PartitionerSpec::Kind.
+//  - The result is then capped by spec.max_shards when it is > 0 (for kAuto, only down to the
+//    count that keeps every shard within kAutoMaxShardBytes).
 // InvalidArgument for a bad spec (num_shards < 1 for kFixed, shard_bytes <= 0 for the byte
-// kinds, max_shards < 0), a negative dimension, or a size that overflows int64 bytes.
+// kinds, max_shards < 0), a negative dimension, a size that overflows int64 bytes, or more than
+// kMaxVariablesPerRequest shards.
 absl::StatusOr<std::vector<RowRange>> PartitionRows(const std::vector<int64_t>& shape,
                                                     const PartitionerSpec& spec);
 
@@ -88,5 +99,8 @@ std::vector<int> PlaceItems(const std::vector<int64_t>& bytes, int num_ps,
 std::string PlacementTable(const std::vector<std::string>& names,
                            const std::vector<std::vector<int64_t>>& shapes,
                            const std::vector<int>& ps, int num_ps);
+
+// "512 B", "1.5 KiB", "3.0 GiB".
+std::string HumanBytes(int64_t bytes);
 
 }  // namespace pstrain

@@ -1,0 +1,147 @@
+// What the chief tells users about a job: JobConfig's messages by flag, the checks that need the
+// cluster, the progress line and the rounded JSON result.
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "master/master.h"
+#include "master/progress.h"
+#include "nlohmann/json.hpp"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Invalid(const JobConfig& c, int num_ps = 2, int num_workers = 2) {
+  absl::Status s = c.ValidateFor(num_ps, num_workers);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  return std::string(s.message());
+}
+
+TEST(JobConfigTest, DefaultsAreValid) {
+  EXPECT_TRUE(JobConfig().Validate().ok());
+  EXPECT_TRUE(JobConfig().ValidateFor(1, 1).ok());
+}
+
+TEST(JobConfigTest, MessagesNameTheFlag) {
+  JobConfig c;
+  c.optimizer.mutable_schedule()->set_kind("step");
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_step_size must be positive with --lr_schedule step"));
+  c.optimizer.mutable_schedule()->set_step_size(10);
+  c.optimizer.mutable_schedule()->set_decay_rate(2);
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_decay_rate must be in (0, 1]"));
+
+  c = JobConfig();
+  c.optimizer.set_clip_norm(std::nan(""));
+  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm must be non-negative and finite"));
+  c.optimizer.set_clip_norm(-1);
+  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm must be non-negative and finite"));
+
+  c = JobConfig();
+  c.optimizer.set_name("momentum");
+  c.optimizer.set_momentum(1.5);
+  EXPECT_THAT(Invalid(c), HasSubstr("--momentum must be in [0, 1), got 1.5"));
+  c.optimizer.set_momentum(0);
+  c.optimizer.set_nesterov(true);
+  EXPECT_THAT(Invalid(c), HasSubstr("--nesterov needs --momentum > 0"));
+
+  c = JobConfig();
+  c.optimizer.set_learning_rate(-1);
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr: learning rate -1 must be positive and finite"));
+  c = JobConfig();
+  c.partitioner = "fixed:0";
+  EXPECT_THAT(Invalid(c), HasSubstr("--partitioner: bad partitioner \"fixed:0\""));
+}
+
+TEST(JobConfigTest, CosineNeedsItsLengthUnlessTheMlpJobSetsIt) {
+  JobConfig c;
+  c.optimizer.mutable_schedule()->set_kind("cosine");
+  EXPECT_TRUE(c.Validate().ok());  // the mlp job's own length
+  c.model = "external";
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_total_steps must exceed --warmup_steps"));
+  c.optimizer.mutable_schedule()->set_total_steps(100);
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+TEST(JobConfigTest, ValidateForChecksWhatDependsOnTheCluster) {
+  JobConfig c;
+  c.replicas_to_aggregate = 3;
+  EXPECT_THAT(Invalid(c, 1, 2), HasSubstr("--replicas_to_aggregate 3 exceeds the 2 workers"));
+  EXPECT_TRUE(c.ValidateFor(1, 3).ok());
+  c = JobConfig();
+  c.slow_worker = 2;
+  EXPECT_THAT(Invalid(c, 1, 2), HasSubstr("--slow_worker 2 is not a worker"));
+  EXPECT_THAT(Invalid(JobConfig(), 0, 2), HasSubstr("0 ps tasks"));
+  EXPECT_THAT(Invalid(JobConfig(), 1, 0), HasSubstr("0 workers"));
+}
+
+TEST(ProgressLineTest, ShowsTheGlobalStepOutOfTheTotalElapsedAndEta) {
+  ProgressView v;
+  v.epoch = 2;
+  v.epochs = 3;
+  v.step = 1200;
+  v.total = 2400;
+  v.loss = 0.12344;
+  v.examples_per_sec = 13500.4;
+  v.elapsed = absl::Seconds(8.5);
+  EXPECT_EQ(ProgressLine(v),
+            "progress epoch 2/3 step 1200/2400 loss 0.1234 examples/s 13500 elapsed 8s eta 8s");
+  // External jobs: no epochs, no total, so no ETA.
+  v.epochs = 0;
+  v.total = 0;
+  EXPECT_EQ(ProgressLine(v), "progress step 1200 loss 0.1234 examples/s 13500 elapsed 8s");
+  EXPECT_EQ(WholeSeconds(absl::Seconds(125.7)), "2m5s");
+}
+
+// The deadlock of issue 2 as the job loop sees it: worker:0 waits at the barrier "end" (and so
+// reports nothing), worker:1 is stuck elsewhere. The silent one is named, not the waiting one.
+TEST(CheckWorkersTest, NamesTheSilentWorkerAndWhatTheOthersWaitFor) {
+  const absl::Time now = absl::Now();
+  const absl::Duration timeout = absl::Minutes(2);
+  std::vector<WorkerProgress> p(3);
+  p[0].last_report = now - absl::Minutes(5);
+  p[0].barrier = "end";
+  p[1].last_report = now - absl::Minutes(3);
+  p[2].done = true;
+  p[2].last_report = now - absl::Minutes(9);
+  const std::vector<absl::Time> started(3, now - absl::Minutes(10));
+  absl::Status s = CheckWorkers(p, started, now, timeout);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "worker:1 sent no progress for 2m; worker:0 waits at barrier \"end\"");
+  // Known alive recently (the chief itself was stalled until now): not silent.
+  const std::vector<absl::Time> resumed(3, now);
+  EXPECT_TRUE(CheckWorkers(p, resumed, now, timeout).ok());
+  // A reported error ends the job whatever else.
+  p[2].error = "out of memory";
+  EXPECT_EQ(CheckWorkers(p, resumed, now, timeout).message(), "worker:2 failed: out of memory");
+}
+
+TEST(JobResultTest, JsonKeepsItsKeysAddsStepsAndRounds) {
+  JobResult r;
+  r.mode = "sync";
+  r.seconds = 2.8000000000000003;
+  r.examples_per_sec = 21297.6;
+  r.final_loss = 0.183449;
+  r.test_accuracy = 0.9440000000000001;
+  r.steps = 1876;
+  r.global_step = 938;
+  r.total_steps = 938;
+  r.worker_pushes = 1870;
+  const nlohmann::json j = nlohmann::json::parse(r.ToJson());
+  for (const char* key : {"mode", "steps", "worker_steps", "test_accuracy", "updates_applied",
+                          "stale_dropped", "pulls_waited", "max_clock_gap", "nonfinite_rejected",
+                          "examples", "global_step", "total_steps", "worker_pushes"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["global_step"], 938);
+  EXPECT_EQ(j["worker_pushes"], 1870);
+  EXPECT_EQ(j.dump().find("0000000"), std::string::npos) << j.dump();
+  EXPECT_EQ(j["examples_per_sec"], 21298);
+  EXPECT_DOUBLE_EQ(j["seconds"].get<double>(), 2.8);
+  EXPECT_DOUBLE_EQ(j["final_loss"].get<double>(), 0.1834);
+  EXPECT_DOUBLE_EQ(j["test_accuracy"].get<double>(), 0.944);
+}
+
+}  // namespace
+}  // namespace pstrain
