@@ -76,13 +76,15 @@ class Probe:
                         what, name, value[0], got and got[0],
                         "same bytes" if got and got[3] == value[3] else "bytes differ"))
 
-    def run(self, body, finish=True):
+    def run(self, body, finish=True, before_assert=lambda: None):
         """Runs `body`, then ends the job; fails listing every problem seen."""
         try:
             body()
         except ServerDied as e:
             self.problems.append("a server died: %s" % e)
             finish = False
+        finally:
+            before_assert()
         if finish:
             self.c.finish(self.problems)
         assert not self.problems, "%d problem(s) (PSTRAIN_PROBE_SEED=%d):\n  %s" % (
@@ -307,13 +309,13 @@ def test_worker_checks_senders(cluster):
         before = ready(c)
         worker = c.worker
         send_garbage(p, worker)
-        spec = pb("TrainingSpec")(data_dir="/nonexistent", layers=[784, 10])
+        # The spec the chief would send: only the sender is wrong.
+        spec = c.training_spec()
         for who in (wire.sender("nobody", 0, 1), c.me,
                     wire.sender("chief", 0, c.chief_incarnation ^ 1)):
             what = "%s:%d (incarnation %d)" % (who.job, who.task, who.incarnation)
             p.expect("StartTraining from " + what, worker.call("StartTraining", pb(
-                "StartTrainingRequest")(sender=who, spec=spec), timeout=30),
-                SENDER_REFUSALS | {C.INVALID_ARGUMENT})
+                "StartTrainingRequest")(sender=who, spec=spec), timeout=60), SENDER_REFUSALS)
             p.expect("Shutdown of worker 1 from " + what, worker.call(
                 "Shutdown", pb("ShutdownRequest")(sender=who, reason="probe")), SENDER_REFUSALS)
         c.check_stays_alive("the refused Shutdown requests")
@@ -350,6 +352,7 @@ def legitimate_shape_of(c, req, method, rng):
 def test_random_payloads(cluster, service):
     p, c = Probe(cluster), cluster
     counts = {}
+    bad_kinds = {}  # what went wrong -> [how often, first case, its payload]
 
     def body():
         before = ready(c)
@@ -373,16 +376,24 @@ def test_random_payloads(cluster, service):
                 if out.code == C.DEADLINE_EXCEEDED and timeout < 1:
                     continue  # the real worker 0 waiting at a barrier the other worker skips
                 if out.code not in REFUSALS | {C.OK}:
-                    p.problems.append("%s: %r for %s" % (what, out, brief.replace("\n", " ")))
+                    bad = "%s %r" % (method, out)
                 elif not out.ok and not out.details.strip():
-                    p.problems.append("%s: %s with an empty message" % (what, out.code.name))
-                elif method == "Pull" and out.ok and len(out.response.values) != len(req.names):
-                    p.problems.append("%s: %d values for %d names" % (
-                        what, len(out.response.values), len(req.names)))
+                    bad = "%s %s with an empty message" % (method, out.code.name)
+                elif (method == "Pull" and out.ok and not isinstance(req, bytes) and
+                      len(out.response.values) != len(req.names)):
+                    bad = "Pull answered with a value count unlike its name count"
+                else:
+                    continue
+                first = bad_kinds.setdefault(bad[:160], [0, what, brief.replace("\n", " ")])
+                first[0] += 1
         p.expect_unchanged(before, "after the random payloads")
 
+    def listed():
+        for kind, (n, what, brief) in bad_kinds.items():
+            p.problems.append("%d x %s (first: %s: %s)" % (n, kind, what, brief))
+
     try:
-        p.run(body)
+        p.run(body, before_assert=listed)
     finally:
         print("status codes by method (seed %d): %s" % (SEED, sorted(counts.items())))
 

@@ -246,14 +246,18 @@ class Cluster:
 
     # --- the end of the job ----------------------------------------------------------------
 
-    def start_worker1(self):
-        """Starts worker 1 on one step of a softmax regression, as the chief starts a worker."""
+    def training_spec(self):
+        """One step of a softmax regression on worker 1's half of MNIST."""
         spec = pb("TrainingSpec")(
             data_dir=self.data_dir, layers=[784, 10], shard_index=1, num_shards=2,
             batch_size=30000, epochs=1, seed=1, report_every=1, rpc_timeout_s=60, mode="async")
         for name in ("dense0/kernel", "dense0/bias"):
             spec.placement.append(self.placements[name])
-        req = pb("StartTrainingRequest")(sender=self.chief_sender(), spec=spec)
+        return spec
+
+    def start_worker1(self):
+        """Starts worker 1 on the training spec, as the chief starts a worker."""
+        req = pb("StartTrainingRequest")(sender=self.chief_sender(), spec=self.training_spec())
         return self.worker.call("StartTraining", req, timeout=60)
 
     def finish(self, problems):
