@@ -12,7 +12,6 @@ import os
 import random
 import struct
 import tempfile
-import time
 
 import grpc
 import pytest
@@ -331,7 +330,7 @@ def test_worker_checks_senders(cluster):
 ORDER = {"Shutdown": 9, "ReportProgress": 8, "Register": 7, "Configure": 6, "Leave": 5}
 
 
-def legitimate_shape_of(c, req, method, rng):
+def defuse_if_legitimate(c, req, method, rng):
     """Keeps a random request from being one the real worker 0 may send and the server must obey:
     its pushes always carry one invalid gradient (so none may be applied), its progress reports
     neither fail nor end the job, and its barriers wait only briefly."""
@@ -366,7 +365,7 @@ def test_random_payloads(cluster, service):
                                      [c.data_dir, "", "/nonexistent", "/dev/null", "/"])
             for i in range(PAYLOADS_PER_METHOD):
                 req = gen.request(req_cls)
-                timeout = legitimate_shape_of(c, req, method, rng)
+                timeout = defuse_if_legitimate(c, req, method, rng)
                 out = peer.call(method, req, timeout=timeout)
                 what = "%s %s payload %d" % (service.split(".")[1], method, i)
                 c.check_alive(what)
