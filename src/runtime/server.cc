@@ -1,4 +1,5 @@
 // RunServer: one process of the cluster, in the role its task names.
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -33,10 +34,12 @@ absl::StatusOr<RegisterResponse> RegisterWithChief(const ServerOptions& o,
   *req.mutable_sender() = MakeSender(o.job, o.task);
   req.set_address(address);
   RegisterResponse resp;
-  absl::Status s = RetryUntil(absl::Seconds(o.connect_timeout_s), "the chief at " + chief, [&] {
+  const absl::Duration timeout = absl::Seconds(o.connect_timeout_s);
+  const absl::Time end = absl::Now() + timeout;
+  absl::Status s = RetryUntil(timeout, "the chief at " + chief, [&] {
+    const absl::Duration attempt = std::min(absl::Seconds(5), end - absl::Now());
     return FromGrpcStatus(
-        stub->Register(ContextWithTimeout(absl::Seconds(5), /*wait_for_ready=*/true).get(), req,
-                       &resp),
+        stub->Register(ContextWithTimeout(attempt, /*wait_for_ready=*/true).get(), req, &resp),
         "Register", "chief " + chief);
   });
   if (!s.ok()) return s;
