@@ -1,22 +1,33 @@
-# make        set up (packages, data) and build
-# make demo   ... and run the main job: a local cluster training an MNIST MLP
-# make test   ... and run every test through ctest
-# make bench  ... and run the benchmarks (medians and ratios to their baselines)
+# make          set up everything (with the test packages) and build everything
+# make demo     set up only what the demo needs, build only the pstrain binary, and run the main
+#               job: a local cluster training an MNIST MLP
+# make test     set up with the test packages, build everything, and run every test through ctest
+# make bench    ... and run the benchmarks (medians and ratios to their baselines)
+# make install  set up what the binary and the client library need, build them, and install the
+#               binary, the library, its headers and its CMake and pkg-config files under PREFIX
 BUILD ?= build
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
+# Configures $(BUILD) with or without the tests (which need the test packages).
+configure = @cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=$(1) >/dev/null
 
-.PHONY: all setup build demo test bench clean
+.PHONY: all setup setup-test build demo test bench install clean
 
 all: build
 
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh demo
 
-build: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+setup-test:
+	@bash scripts/setup.sh test
+
+build: setup-test
+	$(call configure,ON)
 	@cmake --build $(BUILD) -j$(JOBS)
 
-demo: build
+demo: setup
+	$(call configure,OFF)
+	@cmake --build $(BUILD) -j$(JOBS) --target pstrain
 	$(BUILD)/pstrain launch --ps 2 --workers 2 --hidden 256,128 --optimizer adam --lr 0.001 \
 	  --lr_schedule cosine --batch 64 --epochs 3 --mode async --data data/mnist
 
@@ -25,6 +36,11 @@ test: build
 
 bench: build
 	bash bench/run.sh $(BUILD)/bench/ps_bench
+
+install: setup
+	$(call configure,OFF)
+	@cmake --build $(BUILD) -j$(JOBS)
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD)

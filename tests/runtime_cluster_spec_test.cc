@@ -47,7 +47,9 @@ struct BadCase {
 
 TEST(ClusterSpecTest, RejectsBadSpecsWithClearMessages) {
   const BadCase cases[] = {
-      {"{not json", "TF_CONFIG: not valid JSON"},
+      {"{not json", "TF_CONFIG: not valid JSON: line 1, column 3: "},
+      {"{\"cluster\": {\"chief\": [\"a:1\"],\n  \"ps\": [\"b:2\"] \"worker\": []}}",
+       "not valid JSON: line 2, column 24: syntax error while parsing object"},
       {"[1, 2]", "expected a JSON object"},
       {R"({"task": {"type": "ps", "index": 0}})", "missing \"cluster\" object"},
       {R"({"cluster": {"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"], "gpu": ["d:4"]}})",
@@ -69,6 +71,19 @@ TEST(ClusterSpecTest, RejectsBadSpecsWithClearMessages) {
        "at least one \"worker\" task"},
       {R"({"cluster": {"chief": ["a:1"], "ps": ["a:1"], "worker": ["c:3"]}})",
        "address a:1 is used by more than one task"},
+  };
+  for (const BadCase& c : cases) {
+    absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(c.json, "TF_CONFIG");
+    ASSERT_FALSE(spec.ok()) << c.json;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(spec.status().message(), HasSubstr(c.message)) << c.json;
+    EXPECT_THAT(spec.status().message(), HasSubstr("TF_CONFIG: ")) << c.json;
+  }
+}
+
+// A bad "task" does not make the cluster unusable: --job and --task may name the task instead.
+TEST(ClusterSpecTest, BadTaskIsReportedApartFromTheCluster) {
+  const BadCase cases[] = {
       {R"({"cluster": {"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"]}, "task": {"type": "ps"}})",
        "\"task\" must be"},
       {R"({"cluster": {"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"]},
@@ -80,10 +95,12 @@ TEST(ClusterSpecTest, RejectsBadSpecsWithClearMessages) {
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(c.json, "TF_CONFIG");
-    ASSERT_FALSE(spec.ok()) << c.json;
-    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.json;
-    EXPECT_THAT(spec.status().message(), HasSubstr(c.message)) << c.json;
-    EXPECT_THAT(spec.status().message(), HasSubstr("TF_CONFIG: ")) << c.json;
+    ASSERT_TRUE(spec.ok()) << c.json << ": " << spec.status();
+    EXPECT_EQ(spec->NumTasks("ps"), 1);
+    EXPECT_FALSE(spec->task_type.has_value()) << c.json;
+    EXPECT_EQ(spec->task_status.code(), absl::StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(spec->task_status.message(), HasSubstr(c.message)) << c.json;
+    EXPECT_THAT(spec->task_status.message(), HasSubstr("TF_CONFIG: ")) << c.json;
   }
 }
 

@@ -2,16 +2,23 @@
 // cluster on this machine.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/training_flags.h"
 #include "runtime/runtime.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+
+#ifndef PSTRAIN_VERSION
+#define PSTRAIN_VERSION "unknown"  // the build defines it from the CMake project's version
+#endif
 
 namespace {
 
@@ -22,6 +29,89 @@ std::string SelfPath(const char* argv0) {
   return std::string(buf, n);
 }
 
+void Print(const std::string& command, const char* kind, const std::string& message) {
+  std::fprintf(stderr, "%s: %s: %s\n", command.c_str(), kind, message.c_str());
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean X?" for the known name closest to `word`, or "" if none is close.
+std::string DidYouMean(const std::string& word, const std::vector<std::string>& known) {
+  const std::string* best = nullptr;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& k : known) {
+    const size_t d = EditDistance(word, k);
+    if (d < best_distance) {
+      best = &k;
+      best_distance = d;
+    }
+  }
+  return best == nullptr ? "" : absl::StrCat("; did you mean ", *best, "?");
+}
+
+std::vector<std::string> FlagNames(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app->get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  return names;
+}
+
+// The first "--flag" in `args` that `app` does not define, with a suggestion, or "".
+std::string UnknownFlag(const CLI::App* app, const std::vector<std::string>& args) {
+  const std::vector<std::string> known = FlagNames(app);
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0 || a == "--") continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      return absl::StrCat("unknown flag ", name, DidYouMean(name, known));
+    }
+  }
+  return "";
+}
+
+// `args` without the flags named in `drop` (and their values): what the launcher passes on.
+std::vector<std::string> Without(const std::vector<std::string>& args,
+                                 const std::vector<std::string>& drop) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string name = args[i].substr(0, args[i].find('='));
+    if (std::find(drop.begin(), drop.end(), name) == drop.end()) {
+      kept.push_back(args[i]);
+    } else if (name == args[i]) {
+      ++i;  // "--flag value": skip the value too
+    }
+  }
+  return kept;
+}
+
+// JobConfig::ValidateFor checks the flags against the cluster's size; without it, the chief
+// checks them once its tasks are up.
+template <typename Config>
+absl::Status ValidateForCluster(const Config& config, int num_ps, int num_workers) {
+  if constexpr (requires { config.ValidateFor(num_ps, num_workers); }) {
+    return config.ValidateFor(num_ps, num_workers);
+  } else {
+    return absl::OkStatus();
+  }
+}
+
+const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
+                                             "error", "critical", "off"};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -29,78 +119,113 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("pstrain"));
   CLI::App app{"pstrain: parameter-server training"};
   app.require_subcommand(1);
-
-  pstrain::TrainingFlags training;
+  app.set_version_flag("--version", std::string("pstrain ") + PSTRAIN_VERSION);
 
   pstrain::ServerOptions server;
+  pstrain::TrainingFlags server_training;
   std::string cluster_file, log_level = "info";
   CLI::App* srv =
       app.add_subcommand("server", "run one task; the cluster comes from --cluster or TF_CONFIG");
   srv->add_option("--cluster", cluster_file, "cluster spec file (TF_CONFIG's JSON format)");
-  srv->add_option("--job", server.job, "chief, ps or worker (default: TF_CONFIG's task.type)");
+  srv->add_option("--job", server.job,
+                  "chief, ps or worker (default: TF_CONFIG's task.type; given, it overrides "
+                  "TF_CONFIG's task)");
   srv->add_option("--task", server.task, "task index (default: TF_CONFIG's task.index)");
   srv->add_option("--connect_timeout", server.connect_timeout_s,
                   "seconds to wait for peers before giving up")
       ->capture_default_str();
-  srv->add_option("--log_level", log_level, "trace, debug, info, warn, error")
+  srv->add_option("--log_level", log_level, absl::StrJoin(kLogLevels, ", "))
+      ->check(CLI::IsMember(kLogLevels))
       ->capture_default_str();
-  training.AddTo(srv);
+  server_training.AddTo(srv);
 
   pstrain::LaunchOptions launch;
-  CLI::App* lch = app.add_subcommand("launch", "run a whole cluster on 127.0.0.1");
+  pstrain::TrainingFlags launch_training;
+  CLI::App* lch = app.add_subcommand(
+      "launch", "run a whole cluster on 127.0.0.1; training flags go to its chief");
   lch->add_option("--ps", launch.num_ps, "number of parameter servers")->capture_default_str();
   lch->add_option("--workers", launch.num_workers, "number of workers")->capture_default_str();
   lch->add_option("--log_level", launch.log_level, "log level of ps and worker tasks")
+      ->check(CLI::IsMember(kLogLevels))
       ->capture_default_str();
-  lch->allow_extras();  // training flags, passed on to the chief
+  const std::vector<std::string> launch_only = FlagNames(lch);
+  launch_training.AddTo(lch);
 
-  CLI11_PARSE(app, argc, argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::vector<std::string> commands = {"server", "launch"};
+  if (!args.empty() && args[0][0] != '-' &&
+      std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
+    Print("pstrain", "error",
+          absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
+                       " (commands: server, launch)"));
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const CLI::App* sub = *lch ? lch : *srv ? srv : &app;
+    const std::string command = sub == &app ? "pstrain" : "pstrain " + sub->get_name();
+    std::string unknown = UnknownFlag(
+        sub, std::vector<std::string>(args.begin() + (sub == &app ? 0 : 1), args.end()));
+    Print(command, "error", unknown.empty() ? std::string(e.what()) : unknown);
+    return 2;
+  }
 
   if (*lch) {
+    const std::string command = "pstrain launch";
     launch.binary = SelfPath(argv[0]);
-    launch.chief_flags = lch->remaining();
-    // Check the training flags here so that a typo fails before any process starts.
-    CLI::App check;
-    pstrain::TrainingFlags flags;
-    flags.AddTo(&check);
-    try {
-      std::vector<std::string> args(launch.chief_flags.rbegin(), launch.chief_flags.rend());
-      check.parse(args);
-    } catch (const CLI::ParseError& e) {
-      std::fprintf(stderr, "pstrain launch: error: %s\n", e.what());
+    launch.chief_flags =
+        Without(std::vector<std::string>(args.begin() + 1, args.end()), launch_only);
+    absl::StatusOr<pstrain::JobConfig> config = launch_training.ToConfig();
+    absl::Status s = config.status();
+    if (s.ok()) s = ValidateForCluster(*config, launch.num_ps, launch.num_workers);
+    if (!s.ok()) {
+      Print(command, "error", std::string(s.message()));
       return 2;
     }
-    if (absl::StatusOr<pstrain::JobConfig> c = flags.ToConfig(); !c.ok()) {
-      std::fprintf(stderr, "pstrain launch: error: %s\n",
-                   std::string(c.status().message()).c_str());
-      return 2;
-    }
+    for (const std::string& w : launch_training.Inapplicable()) Print(command, "warning", w);
     return pstrain::Launch(launch);
   }
 
+  const std::string command = "pstrain server";
   spdlog::set_level(spdlog::level::from_str(log_level));
   absl::StatusOr<pstrain::ClusterSpec> cluster = pstrain::ClusterSpec::Load(cluster_file);
   if (!cluster.ok()) {
-    std::fprintf(stderr, "pstrain server: error: %s\n",
-                 std::string(cluster.status().message()).c_str());
+    Print(command, "error", std::string(cluster.status().message()));
     return 2;
   }
   server.cluster = *cluster;
-  if (server.job.empty()) {
+  if (srv->count("--job") == 0) {
+    // The task comes from TF_CONFIG's "task" (or the cluster file's), unless --job names it.
+    if (!cluster->task_status.ok()) {
+      Print(command, "error", std::string(cluster->task_status.message()));
+      return 2;
+    }
     if (!cluster->task_type) {
-      std::fprintf(
-          stderr,
-          "pstrain server: error: no task: pass --job and --task or set TF_CONFIG's \"task\"\n");
+      Print(command, "error", "no task: pass --job and --task or set TF_CONFIG's \"task\"");
       return 2;
     }
     server.job = *cluster->task_type;
     if (srv->count("--task") == 0) server.task = cluster->task_index.value_or(0);
   }
-  absl::StatusOr<pstrain::JobConfig> config = training.ToConfig();
+  absl::StatusOr<pstrain::JobConfig> config = server_training.ToConfig();
   if (!config.ok()) {
-    std::fprintf(stderr, "pstrain server: error: %s\n",
-                 std::string(config.status().message()).c_str());
+    Print(command, "error", std::string(config.status().message()));
     return 2;
+  }
+  if (server.job == "chief") {
+    for (const std::string& w : server_training.Inapplicable()) Print(command, "warning", w);
+  } else if (const std::vector<std::string> given = server_training.Given(); !given.empty()) {
+    Print(command, "warning",
+          absl::StrCat(absl::StrJoin(given, ", "), given.size() > 1 ? " are" : " is",
+                       " read by the chief only; ", server.job, ":", server.task, " ignores ",
+                       given.size() > 1 ? "them" : "it"));
   }
   server.job_config = *config;
   return pstrain::RunServer(server);

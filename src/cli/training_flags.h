@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "master/master.h"
@@ -13,10 +14,23 @@ class TrainingFlags {
  public:
   // Adds every training flag to `app`.
   void AddTo(CLI::App* app);
-  // The parsed flags as a job configuration, validated.
+  // The parsed flags as a job configuration, validated; errors name the flag ("--clip_norm -1
+  // must be non-negative and finite").
   absl::StatusOr<JobConfig> ToConfig() const;
+  // The training flags given on the command line ("--epochs", ...), in definition order.
+  std::vector<std::string> Given() const;
+  // One message per given flag that has no effect with the others, e.g. "--beta1 does not apply
+  // to --optimizer sgd (only to adam)".
+  std::vector<std::string> Inapplicable() const;
 
  private:
+  // The value of the flag that decides whether others apply: --optimizer, --lr_schedule, --mode
+  // or --model.
+  std::string ValueOf(const std::string& flag) const;
+  // The optimizer and schedule flags, each checked on its own.
+  absl::Status CheckOptimizerFlags() const;
+
+  std::vector<CLI::Option*> options_;  // every flag AddTo defined, owned by the app
   JobConfig config_;
   std::string optimizer_ = "adam";
   double lr_ = 0.001;

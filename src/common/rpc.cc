@@ -1,11 +1,35 @@
 #include "common/rpc.h"
 
+#include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/support/log.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
+namespace {
+
+// gRPC's own log lines (a failed bind prints a nested error of 600 characters) go to spdlog at
+// debug level, so that users see pstrain's one-line errors. An assertion failure is about to abort
+// the process and stays visible.
+void LogFromGrpc(gpr_log_func_args* args) {
+  const std::string_view message = args->message;
+  if (message.rfind("assertion failed", 0) == 0) {
+    spdlog::critical("grpc {}:{}: {}", args->file, args->line, message);
+  } else {
+    spdlog::debug("grpc {}:{}: {}", args->file, args->line, message);
+  }
+}
+
+void RouteGrpcLogging() {
+  static std::once_flag once;
+  std::call_once(once, [] { gpr_set_log_function(LogFromGrpc); });
+}
+
+}  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -25,20 +49,24 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  RouteGrpcLogging();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each channel gets its own TCP connection, so parallel peers do not share one.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // Peers start in any order: reconnect quickly instead of gRPC's default 1 s growing backoff.
+  // Peers start in any order: retry a refused connection after 100 ms (gRPC's default is 1 s),
+  // growing to at most 1 s. GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at gRPC's default of 20 s:
+  // gRPC gives each connection attempt max(min backoff, current backoff) to complete, so a
+  // small minimum would cut off handshakes with a peer that is slow to answer under load.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services) {
+  RouteGrpcLogging();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
@@ -54,9 +82,11 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   return server;
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout,
+                                                        bool wait_for_ready) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx->set_wait_for_ready(wait_for_ready);
   return ctx;
 }
 

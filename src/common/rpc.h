@@ -21,7 +21,9 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
                             const std::string& address);
 
-// An insecure channel to host:port with pstrain's message size limits.
+// An insecure channel to host:port with pstrain's message size limits. It reconnects quickly
+// (100 ms growing to 1 s) and gives each connection attempt gRPC's default 20 s. The first
+// channel or server routes gRPC's own log lines to spdlog at debug level.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Builds a server on `address` with pstrain's limits; SO_REUSEPORT is off so a port already in
@@ -29,8 +31,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services);
 
-// A client context whose deadline is `timeout` from now.
-std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout);
+// A client context whose deadline is `timeout` from now. With `wait_for_ready` the call waits
+// (within the deadline) for a channel that is still connecting instead of failing at once with
+// UNAVAILABLE; use it for calls to a peer that may not be up yet.
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout,
+                                                        bool wait_for_ready = false);
 
 // Calls `attempt` until it returns OK or a non-retryable error, sleeping with exponential backoff
 // (50 ms doubling to 2 s) between tries; UNAVAILABLE and DEADLINE_EXCEEDED are retried until

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -6,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "nlohmann/json.hpp"
 #include "runtime/runtime.h"
 
@@ -21,6 +23,45 @@ const std::set<std::string>& KnownJobs() {
 
 absl::Status Invalid(const std::string& source, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// "line L, column C: <what the parser expected>" for a parse error at byte `byte` (1-based, as
+// nlohmann-json counts) of `text`.
+std::string WhereParseFailed(const std::string& text, const json::parse_error& e) {
+  const size_t at = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: <reason>".
+  std::string reason = e.what();
+  if (const size_t colon = reason.find(": "); colon != std::string::npos) {
+    reason = reason.substr(colon + 2);
+  }
+  return absl::StrCat("line ", line, ", column ", at - line_start + 1, ": ", reason);
+}
+
+// The "task" entry: {"type": string, "index": integer} naming a task of the cluster.
+absl::Status ParseTask(const json& task, const std::string& source, ClusterSpec* spec) {
+  if (!task.is_object() || !task.contains("type") || !task["type"].is_string() ||
+      !task.contains("index") || !task["index"].is_number_integer()) {
+    return Invalid(source, "\"task\" must be {\"type\": string, \"index\": integer}");
+  }
+  const std::string type = task["type"].get<std::string>();
+  const int64_t index = task["index"].get<int64_t>();
+  if (index < 0 || index > kMaxTasks) {
+    return Invalid(source,
+                   absl::StrCat("task: index ", index, " is out of range [0, ", kMaxTasks, ")"));
+  }
+  if (absl::StatusOr<std::string> a = spec->Address(type, static_cast<int>(index)); !a.ok()) {
+    return Invalid(source, absl::StrCat("task: ", a.status().message()));
+  }
+  spec->task_type = type;
+  spec->task_index = static_cast<int>(index);
+  return absl::OkStatus();
 }
 
 absl::Status CheckAddress(const std::string& source, const std::string& job, size_t i,
@@ -41,8 +82,12 @@ absl::Status CheckAddress(const std::string& source, const std::string& job, siz
 
 absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(const std::string& text,
                                                   const std::string& source) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return Invalid(source, "not valid JSON");
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return Invalid(source, "not valid JSON: " + WhereParseFailed(text, e));
+  }
   if (!doc.is_object()) return Invalid(source, "expected a JSON object with a \"cluster\" key");
   if (!doc.contains("cluster") || !doc["cluster"].is_object()) {
     return Invalid(source, "missing \"cluster\" object");
@@ -79,18 +124,7 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(const std::string& text,
       return Invalid(source, absl::StrCat("cluster needs at least one \"", job, "\" task"));
     }
   }
-  if (doc.contains("task")) {
-    const json& task = doc["task"];
-    if (!task.is_object() || !task.contains("type") || !task["type"].is_string() ||
-        !task.contains("index") || !task["index"].is_number_integer()) {
-      return Invalid(source, "\"task\" must be {\"type\": string, \"index\": integer}");
-    }
-    spec.task_type = task["type"].get<std::string>();
-    spec.task_index = task["index"].get<int>();
-    if (absl::StatusOr<std::string> a = spec.Address(*spec.task_type, *spec.task_index); !a.ok()) {
-      return Invalid(source, absl::StrCat("task: ", a.status().message()));
-    }
-  }
+  if (doc.contains("task")) spec.task_status = ParseTask(doc["task"], source, &spec);
   return spec;
 }
 
@@ -137,7 +171,9 @@ absl::StatusOr<std::string> ClusterSpec::Address(const std::string& job, int ind
 std::string ClusterSpec::ToJson() const {
   json cluster = json::object();
   for (const auto& [job, tasks] : jobs) cluster[job] = tasks;
-  return json{{"cluster", cluster}}.dump();
+  json doc = {{"cluster", cluster}};
+  if (task_type) doc["task"] = {{"type", *task_type}, {"index", task_index.value_or(0)}};
+  return doc.dump();
 }
 
 }  // namespace pstrain

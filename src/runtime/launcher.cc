@@ -11,8 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,8 +21,17 @@
 namespace pstrain {
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
-void OnSignal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal = 0;   // the first signal
+volatile sig_atomic_t g_signals = 0;  // how many arrived
+void OnSignal(int sig) {
+  if (g_signal == 0) g_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+// How long the chief may take to end the job after the launcher forwarded SIGINT/SIGTERM.
+constexpr absl::Duration kChiefStopGrace = absl::Seconds(10);
+// How long a task that exited with an error waits for the chief to report the job's failure.
+constexpr absl::Duration kTaskFailureGrace = absl::Seconds(10);
 
 struct Child {
   std::string name;  // "ps:0"
@@ -56,9 +63,30 @@ absl::StatusOr<std::vector<int>> FreePorts(int n) {
   return ports;
 }
 
-// Starts `argv` in its own process group (so a terminal's Ctrl-C reaches only the launcher, which
-// then stops the cluster) and asks the kernel to kill it if the launcher dies.
-pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+// This process's environment with TF_CONFIG set to `tf_config`.
+std::vector<std::string> EnvironmentWith(const std::string& tf_config) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "TF_CONFIG=", 10) != 0) env.emplace_back(*e);
+  }
+  env.push_back("TF_CONFIG=" + tf_config);
+  return env;
+}
+
+std::vector<char*> Pointers(const std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (const std::string& s : strings) p.push_back(const_cast<char*>(s.c_str()));
+  p.push_back(nullptr);
+  return p;
+}
+
+// Starts `argv` with environment `env` in its own process group (so a terminal's Ctrl-C reaches
+// only the launcher, which then stops the cluster) and asks the kernel to kill it if the
+// launcher dies.
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd,
+            int err_fd) {
+  // Built before fork: the child may only make async-signal-safe calls.
+  std::vector<char*> args = Pointers(argv), envp = Pointers(env);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
@@ -67,11 +95,9 @@ pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   if (getppid() != parent) _exit(1);
   if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  std::fprintf(stderr, "cannot start %s: %s\n", args[0], strerror(errno));
+  execve(args[0], args.data(), envp.data());
+  static const char kCannot[] = "pstrain launch: cannot start a task: exec failed\n";
+  (void)!write(STDERR_FILENO, kCannot, sizeof(kCannot) - 1);
   _exit(127);
 }
 
@@ -93,7 +119,7 @@ class Cluster {
       std::fprintf(stderr, "pstrain launch: error: need at least 1 ps and 1 worker\n");
       return 2;
     }
-    if (absl::Status s = WriteClusterFile(); !s.ok()) {
+    if (absl::Status s = PickAddresses(); !s.ok()) {
       std::fprintf(stderr, "pstrain launch: error: %s\n", std::string(s.message()).c_str());
       return 1;
     }
@@ -115,36 +141,36 @@ class Cluster {
   }
 
  private:
-  absl::Status WriteClusterFile() {
+  absl::Status PickAddresses() {
     absl::StatusOr<std::vector<int>> ports = FreePorts(1 + o_.num_ps + o_.num_workers);
     if (!ports.ok()) return ports.status();
-    ClusterSpec spec;
     size_t next = 0;
     auto address = [&] { return absl::StrCat("127.0.0.1:", (*ports)[next++]); };
-    spec.jobs["chief"].push_back(address());
-    for (int i = 0; i < o_.num_ps; ++i) spec.jobs["ps"].push_back(address());
-    for (int i = 0; i < o_.num_workers; ++i) spec.jobs["worker"].push_back(address());
-    char dir[] = "/tmp/pstrain-launch-XXXXXX";
-    if (mkdtemp(dir) == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot create a temporary directory: ", strerror(errno)));
-    }
-    dir_ = dir;
-    cluster_file_ = dir_ + "/cluster.json";
-    std::ofstream(cluster_file_) << spec.ToJson() << "\n";
+    spec_.jobs["chief"].push_back(address());
+    for (int i = 0; i < o_.num_ps; ++i) spec_.jobs["ps"].push_back(address());
+    for (int i = 0; i < o_.num_workers; ++i) spec_.jobs["worker"].push_back(address());
     return absl::OkStatus();
   }
 
+  // Each task reads the cluster and its own place in it from TF_CONFIG, so nothing is written
+  // to disk and nothing is left behind however the launcher ends. --job and --task repeat it on
+  // the command line to make the processes easy to tell apart.
   void Start(const std::string& job, int task, const std::vector<std::string>& extra, int out,
              int err) {
-    std::vector<std::string> argv = {o_.binary, "server", "--cluster", cluster_file_,
-                                     "--job",   job,      "--task",    std::to_string(task)};
+    ClusterSpec spec = spec_;
+    spec.task_type = job;
+    spec.task_index = task;
+    std::vector<std::string> argv = {o_.binary, "server", "--job",
+                                     job,       "--task", std::to_string(task)};
     if (job != "chief") argv.insert(argv.end(), {"--log_level", o_.log_level});
     argv.insert(argv.end(), extra.begin(), extra.end());
-    children_.push_back({absl::StrCat(job, ":", task), Spawn(argv, out, err)});
+    children_.push_back(
+        {absl::StrCat(job, ":", task), Spawn(argv, EnvironmentWith(spec.ToJson()), out, err)});
   }
 
   // Forwards the chief's output, shows its progress lines in place, and watches every child.
+  // SIGINT or SIGTERM asks the chief to end the job (it tells every task); a second one, or a
+  // chief that takes too long, stops every process at once.
   int Watch(int out_fd, int err_fd) {
     struct sigaction sa {};
     sa.sa_handler = OnSignal;
@@ -153,12 +179,20 @@ class Cluster {
     std::string bufs[2];
     pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
     int open_fds = 2;
+    Child& chief = children_.front();
+    int stop_signal = 0;
+    absl::Time stop_deadline = absl::InfiniteFuture();
     while (true) {
-      if (g_signal != 0) {
+      if (g_signal != 0 && stop_signal == 0) {
+        stop_signal = g_signal;
         EndProgress();
         std::fprintf(stderr, "pstrain launch: interrupted, stopping the cluster\n");
-        StopAll(absl::Seconds(2));
-        return 130;
+        if (!chief.exited) kill(chief.pid, SIGTERM);
+        stop_deadline = absl::Now() + kChiefStopGrace;
+      }
+      if (stop_signal != 0 && (g_signals > 1 || absl::Now() > stop_deadline)) {
+        StopAll(absl::ZeroDuration());
+        return 128 + stop_signal;
       }
       if (open_fds > 0 && poll(fds, 2, 200) > 0) {
         for (int k = 0; k < 2; ++k) {
@@ -180,12 +214,11 @@ class Cluster {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       Reap();
-      Child& chief = children_.front();
-      for (const Child& c : children_) {
-        if (&c != &chief && c.exited && !chief.exited && c.status != 0) {
+      if (stop_signal == 0 && !chief.exited) {
+        if (const Child* failed = FailedTask(); failed != nullptr) {
           EndProgress();
           std::fprintf(stderr, "pstrain launch: error: %s; stopping the cluster\n",
-                       Describe(c).c_str());
+                       Describe(*failed).c_str());
           StopAll(absl::Seconds(2));
           return 1;
         }
@@ -193,11 +226,25 @@ class Cluster {
       if (chief.exited && open_fds == 0) {
         EndProgress();
         StopAll(absl::Seconds(5));
+        if (stop_signal != 0) return 128 + stop_signal;
         if (WIFEXITED(chief.status)) return WEXITSTATUS(chief.status);
         std::fprintf(stderr, "pstrain launch: error: %s\n", Describe(chief).c_str());
         return 1;
       }
     }
+  }
+
+  // A ps or worker that died while the chief runs. One killed by a signal fails the launch at
+  // once; one that exited with an error has said why, and the chief (which ends the job and
+  // tells the others) gets kTaskFailureGrace to give the job's own error first.
+  const Child* FailedTask() {
+    for (const Child& c : children_) {
+      if (&c == &children_.front() || !c.exited || c.status == 0) continue;
+      if (WIFSIGNALED(c.status)) return &c;
+      if (first_failure_ == absl::InfiniteFuture()) first_failure_ = absl::Now();
+      if (absl::Now() - first_failure_ > kTaskFailureGrace) return &c;
+    }
+    return nullptr;
   }
 
   void HandleLine(bool is_stdout, const std::string& line) {
@@ -257,17 +304,13 @@ class Cluster {
         wait_all(absl::Seconds(5));
       }
     }
-    if (!dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir_, ec);
-      dir_.clear();
-    }
   }
 
   const LaunchOptions& o_;
   const bool tty_;
-  std::string dir_, cluster_file_;
-  std::vector<Child> children_;  // the chief first
+  ClusterSpec spec_;                                   // the addresses of every task
+  std::vector<Child> children_;                        // the chief first
+  absl::Time first_failure_ = absl::InfiniteFuture();  // when a task first exited with an error
   std::string last_progress_;
   bool progress_shown_ = false;
   std::chrono::steady_clock::time_point last_printed_{};

@@ -19,10 +19,14 @@ namespace pstrain {
 // evaluator (optional; reserved).
 struct ClusterSpec {
   std::map<std::string, std::vector<std::string>> jobs;
-  std::optional<std::string> task_type;  // from "task", if present
+  std::optional<std::string> task_type;  // from "task", if present and valid
   std::optional<int> task_index;
+  // Why "task" cannot be used, if it is present but bad. Not an error of the spec: a command
+  // line that names the task (--job, --task) does not need it.
+  absl::Status task_status;
 
-  // Parses and validates; errors say what is wrong and where ("TF_CONFIG: ...", "<file>: ...").
+  // Parses and validates the cluster; errors say what is wrong and where ("TF_CONFIG: ...",
+  // "<file>: ...", with line and column for JSON that does not parse).
   static absl::StatusOr<ClusterSpec> FromJson(const std::string& text, const std::string& source);
   // Reads `file` if non-empty, else the TF_CONFIG environment variable; error if neither is set.
   static absl::StatusOr<ClusterSpec> Load(const std::string& file);
@@ -31,7 +35,8 @@ struct ClusterSpec {
   const std::vector<std::string>& Tasks(const std::string& job) const;
   // InvalidArgument naming the job and the valid range when the task does not exist.
   absl::StatusOr<std::string> Address(const std::string& job, int index) const;
-  std::string ToJson() const;  // the "cluster" object only
+  // TF_CONFIG's JSON: the "cluster" object, and "task" when task_type is set.
+  std::string ToJson() const;
 };
 
 struct ServerOptions {

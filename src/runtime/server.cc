@@ -1,4 +1,5 @@
 // RunServer: one process of the cluster, in the role its task names.
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "master.grpc.pb.h"
 #include "ps/ps.h"
 #include "runtime/runtime.h"
+#include "runtime/signals.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
 
@@ -21,37 +23,75 @@ std::string ListenAddress(const std::string& address) {
   return "0.0.0.0" + address.substr(address.rfind(':'));
 }
 
-absl::Status RegisterWithChief(const ServerOptions& o, const std::string& address,
-                               const std::shared_ptr<grpc::Channel>& channel) {
+// Registers with the chief, waiting for it within the connect timeout. A refusal (a task index
+// already taken by another process, a role the chief does not accept) is final.
+absl::StatusOr<RegisterResponse> RegisterWithChief(const ServerOptions& o,
+                                                   const std::string& address,
+                                                   const std::shared_ptr<grpc::Channel>& channel) {
   const std::string chief = o.cluster.Tasks("chief")[0];
   auto stub = MasterService::NewStub(channel);
   RegisterRequest req;
   *req.mutable_sender() = MakeSender(o.job, o.task);
   req.set_address(address);
-  return RetryUntil(absl::Seconds(o.connect_timeout_s), "the chief at " + chief, [&] {
-    RegisterResponse resp;
-    return FromGrpcStatus(stub->Register(ContextWithTimeout(absl::Seconds(5)).get(), req, &resp),
-                          "Register", "chief " + chief);
+  RegisterResponse resp;
+  const absl::Duration timeout = absl::Seconds(o.connect_timeout_s);
+  const absl::Time end = absl::Now() + timeout;
+  absl::Status s = RetryUntil(timeout, "the chief at " + chief, [&] {
+    const absl::Duration attempt = std::min(absl::Seconds(5), end - absl::Now());
+    return FromGrpcStatus(
+        stub->Register(ContextWithTimeout(attempt, /*wait_for_ready=*/true).get(), req, &resp),
+        "Register", "chief " + chief);
   });
+  if (!s.ok()) return s;
+  return resp;
 }
 
-// Serves `services` until a Shutdown arrives; registers with the chief first. `before_stop`
-// ends calls that would otherwise keep the server from stopping.
+// How the job ended for this task, as the chief's Shutdown (or the loss of the chief) said.
+struct JobEnd {
+  absl::Notification notified;
+  std::string reason;
+  bool succeeded = false;
+
+  void Set(const std::string& why, bool ok) {
+    if (notified.HasBeenNotified()) return;
+    reason = why;
+    succeeded = ok;
+    notified.Notify();
+  }
+  // OK only if the chief said the job succeeded.
+  absl::Status Outcome() const {
+    if (succeeded) return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat("the job did not succeed: ", reason));
+  }
+};
+
+// The PS learns which chief to obey from the Register response.
+template <typename Ps>
+void ExpectChief(Ps* ps, uint64_t incarnation) {
+  if constexpr (requires { ps->ExpectChief(incarnation); }) ps->ExpectChief(incarnation);
+}
+
+// Serves `services` until the job ends; registers with the chief first and hands its response
+// to `on_registered`. `before_stop` ends calls that would otherwise keep the server from
+// stopping. Returns the job's outcome for this task.
 absl::Status Serve(
     const ServerOptions& o, const std::string& address, const std::vector<grpc::Service*>& services,
-    absl::Notification* shutdown, const std::function<void()>& before_stop = [] {}) {
+    JobEnd* end, const std::function<void(const RegisterResponse&)>& on_registered,
+    const std::function<void()>& before_stop = [] {}) {
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartGrpcServer(ListenAddress(address), services);
   if (!server.ok()) return server.status();
   spdlog::info("{} serving on {}", TaskName(o.job, o.task), address);
   const std::string chief = o.cluster.Tasks("chief")[0];
   std::shared_ptr<grpc::Channel> channel = MakeChannel(chief);
-  absl::Status s = RegisterWithChief(o, address, channel);
+  absl::StatusOr<RegisterResponse> registered = RegisterWithChief(o, address, channel);
+  absl::Status s = registered.status();
+  if (s.ok()) on_registered(*registered);
   // Until the chief ends the job, watch its connection: a chief gone for longer than the connect
   // timeout has ended the job without saying so, and this task must not run on forever.
   const absl::Duration grace = absl::Seconds(o.connect_timeout_s);
   absl::Time last_seen = absl::Now();
-  while (s.ok() && !shutdown->WaitForNotificationWithTimeout(absl::Seconds(1))) {
+  while (s.ok() && !end->notified.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
     if (state == GRPC_CHANNEL_READY) {
       last_seen = absl::Now();
@@ -62,19 +102,30 @@ absl::Status Serve(
   }
   before_stop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  return s;
+  return s.ok() ? end->Outcome() : s;
+}
+
+// Logs the chief's Shutdown and records it.
+ShutdownFn RecordShutdown(const ServerOptions& o, JobEnd* end) {
+  return [&o, end](const std::string& reason, bool succeeded) {
+    spdlog::info("{} shutting down ({}): {}", TaskName(o.job, o.task),
+                 succeeded ? "job succeeded" : "job failed", reason);
+    end->Set(reason, succeeded);
+  };
 }
 
 absl::Status RunPs(const ServerOptions& o, const std::string& address) {
   absl::StatusOr<std::unique_ptr<ParameterServer>> ps = ParameterServer::Create({.task = o.task});
   if (!ps.ok()) return ps.status();
-  absl::Notification shutdown;
+  JobEnd end;
   std::unique_ptr<grpc::Service> service =
-      MakeParameterServerService(ps->get(), [&](const std::string& reason, bool) {
-        spdlog::info("ps:{} shutting down: {}", o.task, reason);
-        shutdown.Notify();
-      });
-  return Serve(o, address, {service.get()}, &shutdown, [&] { (*ps)->Stop(); });
+      MakeParameterServerService(ps->get(), RecordShutdown(o, &end));
+  return Serve(
+      o, address, {service.get()}, &end,
+      [&](const RegisterResponse& r) {
+        if (r.chief_incarnation() != 0) ExpectChief(ps->get(), r.chief_incarnation());
+      },
+      [&] { (*ps)->Stop(); });
 }
 
 absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
@@ -82,14 +133,12 @@ absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
   wo.task = o.task;
   wo.ps_addresses = o.cluster.Tasks("ps");
   wo.chief_address = o.cluster.Tasks("chief")[0];
-  absl::Notification shutdown;
-  absl::StatusOr<std::unique_ptr<Worker>> worker =
-      Worker::Create(wo, [&](const std::string& reason, bool) {
-        spdlog::info("worker:{} shutting down: {}", o.task, reason);
-        shutdown.Notify();
-      });
+  JobEnd end;
+  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, RecordShutdown(o, &end));
   if (!worker.ok()) return worker.status();
-  return Serve(o, address, {(*worker)->service()}, &shutdown);
+  return Serve(o, address, {(*worker)->service()}, &end, [&](const RegisterResponse& r) {
+    if (r.chief_incarnation() != 0) (*worker)->ExpectChief(r.chief_incarnation());
+  });
 }
 
 absl::Status RunChief(const ServerOptions& o, const std::string& address) {
@@ -99,6 +148,7 @@ absl::Status RunChief(const ServerOptions& o, const std::string& address) {
   mo.worker_addresses = o.cluster.Tasks("worker");
   mo.job = o.job_config;
   mo.job.register_timeout = absl::Seconds(o.connect_timeout_s);
+  StopOnSignals stop_on_signals;
   absl::StatusOr<JobResult> result = RunJob(mo);
   if (!result.ok()) return result.status();
   std::printf("%s\n", result->ToJson().c_str());
@@ -125,9 +175,8 @@ int RunServer(const ServerOptions& o) {
   if (!s.ok()) {
     std::fprintf(stderr, "pstrain %s: error: %s\n", TaskName(o.job, o.task).c_str(),
                  std::string(s.message()).c_str());
-    return 1;
   }
-  return 0;
+  return ExitCode(s);
 }
 
 }  // namespace pstrain

@@ -1,10 +1,15 @@
 #include "worker/worker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -13,6 +18,9 @@
 
 namespace pstrain {
 namespace {
+
+// Longest single attempt of a progress report; a report is retried within the job's task timeout.
+constexpr absl::Duration kReportAttempt = absl::Seconds(10);
 
 class WorkerImpl final : public Worker, public WorkerService::CallbackService {
  public:
@@ -28,54 +36,117 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
 
   grpc::Service* service() override { return this; }
 
-  // Loading the data and training run on a thread of their own; the reactor is finished from
-  // there once the spec and data are checked, so the chief learns about bad input at once.
+  void ExpectChief(uint64_t incarnation) override {
+    absl::MutexLock lock(&mu_);
+    chief_incarnation_ = incarnation;
+  }
+
+  // Loading the data and training run on a thread of their own; the call is finished from there
+  // once the spec and data are checked, so the chief learns about bad input at once. A repeated
+  // call from the same chief (a retry) gets the first call's outcome, waiting for it if needed.
   grpc::ServerUnaryReactor* StartTraining(grpc::CallbackServerContext* ctx,
                                           const StartTrainingRequest* req,
                                           StartTrainingResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (started_.exchange(true)) {
-      reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(
-          absl::StrCat(TaskName("worker", options_.task), " is already training"))));
-      return reactor;
-    }
-    thread_ = std::thread([this, spec = req->spec(), reactor] {
-      absl::StatusOr<Dataset> data = LoadMnist(spec.data_dir(), "train");
-      absl::Status s = data.status();
-      if (s.ok()) s = ValidateSpec(spec, options_.ps_addresses.size(), *data);
-      reactor->Finish(ToGrpcStatus(s));  // `reactor` must not be used after this
-      if (!s.ok()) {
-        spdlog::error("cannot start training: {}", std::string(s.message()));
-        return;
+    absl::Status refused;
+    std::optional<absl::Status> outcome;
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      refused = CheckChief(req->sender(), "StartTraining");
+      if (refused.ok()) {
+        if (start_status_) {
+          outcome = *start_status_;
+        } else {
+          waiting_starts_.push_back(reactor);
+        }
+        first = !started_;
+        started_ = true;
       }
-      TrainerOptions topts;
-      topts.task = options_.task;
-      topts.ps_addresses = options_.ps_addresses;
-      topts.stop = &stop_;
-      topts.report = [this](const ProgressRequest& r) { return Report(r); };
-      Train(spec, *data, topts);
-    });
+    }
+    if (!refused.ok()) outcome = refused;
+    if (outcome) reactor->Finish(ToGrpcStatus(*outcome));
+    if (first) thread_ = std::thread([this, spec = req->spec()] { Run(spec); });
     return reactor;
   }
 
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const ShutdownRequest* req,
                                      ShutdownResponse* resp) override {
-    stop_ = true;
-    ShutdownOnce(req->reason(), req->job_succeeded());
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
+    absl::Status s;
+    {
+      absl::MutexLock lock(&mu_);
+      s = CheckChief(req->sender(), "Shutdown");
+    }
+    if (s.ok()) {
+      stop_ = true;
+      ShutdownOnce(req->reason(), req->job_succeeded());
+    }
+    reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
 
  private:
-  bool Report(const ProgressRequest& r) {
+  // Only the chief this worker obeys may start or stop it.
+  absl::Status CheckChief(const Sender& sender, const std::string& method)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string me = TaskName("worker", options_.task);
+    if (sender.job() != "chief" || sender.task() != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(method, " from ", TaskName(sender.job(), sender.task()), " refused by ", me,
+                       ": only the chief (chief:0) may call it"));
+    }
+    if (chief_incarnation_ == 0) chief_incarnation_ = sender.incarnation();
+    if (sender.incarnation() != chief_incarnation_) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(method, " from chief incarnation ", sender.incarnation(), " refused by ", me,
+                       ": it obeys chief incarnation ", chief_incarnation_));
+    }
+    return absl::OkStatus();
+  }
+
+  // The training thread: checks the spec against the data, answers every StartTraining call
+  // waiting for that, then trains.
+  void Run(const TrainingSpec& spec) {
+    absl::StatusOr<Dataset> data = LoadMnist(spec.data_dir(), "train");
+    absl::Status s = data.status();
+    if (s.ok()) s = ValidateSpec(spec, options_.ps_addresses.size(), *data);
+    std::vector<grpc::ServerUnaryReactor*> waiting;
+    {
+      absl::MutexLock lock(&mu_);
+      start_status_ = s;
+      waiting.swap(waiting_starts_);
+    }
+    for (grpc::ServerUnaryReactor* r : waiting) r->Finish(ToGrpcStatus(s));
+    if (!s.ok()) {
+      spdlog::error("cannot start training: {}", std::string(s.message()));
+      return;
+    }
+    TrainerOptions topts;
+    topts.task = options_.task;
+    topts.ps_addresses = options_.ps_addresses;
+    topts.stop = &stop_;
+    const absl::Duration timeout = absl::Seconds(spec.rpc_timeout_s());
+    topts.report = [this, timeout](const ProgressRequest& r) { return Report(r, timeout); };
+    Train(spec, *data, topts);
+  }
+
+  // Sends a report, retrying within `timeout` (the job's task timeout), so that a chief that is
+  // briefly unreachable or paused does not end the job. Returns false when training should stop.
+  bool Report(const ProgressRequest& r, absl::Duration timeout) {
     ProgressResponse resp;
-    grpc::Status s = master_->ReportProgress(ContextWithTimeout(absl::Seconds(30)).get(), r, &resp);
+    const absl::Time end = absl::Now() + timeout;
+    absl::Status s =
+        RetryUntil(timeout, "the chief at " + options_.chief_address, [&]() -> absl::Status {
+          const absl::Duration attempt = std::min(kReportAttempt, end - absl::Now());
+          return FromGrpcStatus(
+              master_->ReportProgress(ContextWithTimeout(attempt, /*wait_for_ready=*/true).get(), r,
+                                      &resp),
+              "ReportProgress", "chief " + options_.chief_address);
+        });
     if (!s.ok()) {
       // Without the chief the job cannot finish: stop rather than train for nobody.
-      ShutdownOnce(
-          FromGrpcStatus(s, "ReportProgress", "chief " + options_.chief_address).ToString(),
-          false);
+      ShutdownOnce(absl::StrCat("lost the chief: ", s.message()), false);
       return false;
     }
     return !resp.stop();
@@ -85,13 +156,24 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
     std::call_once(shutdown_once_, [&] { on_shutdown_(reason, job_succeeded); });
   }
 
+  // Constant after construction.
   const WorkerOptions options_;
   const ShutdownFn on_shutdown_;
-  std::unique_ptr<MasterService::Stub> master_;
-  std::atomic<bool> started_{false};
+  const std::unique_ptr<MasterService::Stub> master_;
+
   std::atomic<bool> stop_{false};
   std::once_flag shutdown_once_;
-  std::thread thread_;  // written once, by the first StartTraining
+
+  absl::Mutex mu_;
+  uint64_t chief_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not known yet
+  // The outcome of checking the first StartTraining's spec and data, once known.
+  std::optional<absl::Status> start_status_ ABSL_GUARDED_BY(mu_);
+  // StartTraining calls waiting for that outcome.
+  std::vector<grpc::ServerUnaryReactor*> waiting_starts_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Started by the first StartTraining (started_ makes it the only one); joined on destruction,
+  // after the server stopped calling.
+  std::thread thread_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // pulls, computes and pushes. Public header of src/worker.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,11 @@ class Worker {
   virtual ~Worker() = default;
   // The WorkerService to register with a grpc::Server; owned by the Worker.
   virtual grpc::Service* service() = 0;
+  // The chief this worker obeys, as its Register response named it. StartTraining and Shutdown
+  // are accepted only from job "chief" task 0 with this incarnation (PERMISSION_DENIED
+  // otherwise). Until it is called, the first chief call's incarnation is the one obeyed.
+  // Thread-safe.
+  virtual void ExpectChief(uint64_t incarnation) = 0;
 };
 
 }  // namespace pstrain

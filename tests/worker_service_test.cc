@@ -1,0 +1,135 @@
+// The WorkerService obeys only its chief: StartTraining and Shutdown from anyone else are
+// refused, and a repeated StartTraining from the chief (a retry) gets the first call's outcome.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing.h"
+#include "worker.grpc.pb.h"
+#include "worker/worker.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+Sender SenderOf(const std::string& job, int task, uint64_t incarnation) {
+  Sender s;
+  s.set_job(job);
+  s.set_task(task);
+  s.set_incarnation(incarnation);
+  return s;
+}
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::vector<int> ports = testing::FreePorts(3);
+    WorkerOptions o;
+    o.task = 0;
+    o.ps_addresses = {absl::StrCat("127.0.0.1:", ports[0])};
+    o.chief_address = absl::StrCat("127.0.0.1:", ports[1]);
+    absl::StatusOr<std::unique_ptr<Worker>> w =
+        Worker::Create(o, [this](const std::string& reason, bool succeeded) {
+          shutdowns_++;
+          last_reason_ = reason;
+          last_succeeded_ = succeeded;
+        });
+    ASSERT_TRUE(w.ok()) << w.status();
+    worker_ = *std::move(w);
+    const std::string address = absl::StrCat("127.0.0.1:", ports[2]);
+    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+        StartGrpcServer(address, {worker_->service()});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = WorkerService::NewStub(MakeChannel(address));
+  }
+  void TearDown() override {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    worker_.reset();
+  }
+
+  // StartTraining with a spec whose data directory does not exist: the worker checks it and
+  // answers with the error.
+  grpc::Status StartTraining(const Sender& sender) {
+    StartTrainingRequest req;
+    *req.mutable_sender() = sender;
+    req.mutable_spec()->set_data_dir("/nonexistent/pstrain-data");
+    StartTrainingResponse resp;
+    return stub_->StartTraining(ContextWithTimeout(absl::Seconds(30)).get(), req, &resp);
+  }
+  grpc::Status Shutdown(const Sender& sender, bool succeeded) {
+    ShutdownRequest req;
+    *req.mutable_sender() = sender;
+    req.set_reason("job finished");
+    req.set_job_succeeded(succeeded);
+    ShutdownResponse resp;
+    return stub_->Shutdown(ContextWithTimeout(absl::Seconds(30)).get(), req, &resp);
+  }
+
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WorkerService::Stub> stub_;
+  std::atomic<int> shutdowns_{0};
+  std::string last_reason_;
+  bool last_succeeded_ = false;
+};
+
+TEST_F(WorkerServiceTest, RepeatedStartTrainingFromTheChiefGetsTheFirstOutcome) {
+  worker_->ExpectChief(77);
+  const grpc::Status first = StartTraining(SenderOf("chief", 0, 77));
+  ASSERT_FALSE(first.ok());
+  EXPECT_THAT(first.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+  const grpc::Status again = StartTraining(SenderOf("chief", 0, 77));
+  EXPECT_EQ(again.error_code(), first.error_code()) << again.error_message();
+  EXPECT_EQ(again.error_message(), first.error_message());
+}
+
+TEST_F(WorkerServiceTest, StartTrainingOnlyFromItsChief) {
+  worker_->ExpectChief(77);
+  grpc::Status s = StartTraining(SenderOf("worker", 1, 77));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("StartTraining from worker:1 refused by worker:0: only the chief"));
+  s = StartTraining(SenderOf("chief", 0, 78));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("from chief incarnation 78 refused by worker:0: it "
+                                           "obeys chief incarnation 77"));
+  // The refusals started nothing: the chief's own call is the first.
+  s = StartTraining(SenderOf("chief", 0, 77));
+  EXPECT_THAT(s.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+}
+
+TEST_F(WorkerServiceTest, ShutdownOnlyFromItsChief) {
+  worker_->ExpectChief(77);
+  grpc::Status s = Shutdown(SenderOf("nobody", 0, 77), true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("Shutdown from nobody:0 refused by worker:0"));
+  s = Shutdown(SenderOf("chief", 0, 5), true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(shutdowns_, 0);
+  s = Shutdown(SenderOf("chief", 0, 77), false);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(shutdowns_, 1);
+  EXPECT_EQ(last_reason_, "job finished");
+  EXPECT_FALSE(last_succeeded_);
+}
+
+// Before the worker knows its chief from registration, the first chief to call is the one.
+TEST_F(WorkerServiceTest, FirstChiefCallPinsTheChiefUntilRegistrationSays) {
+  grpc::Status s = StartTraining(SenderOf("chief", 0, 9));
+  EXPECT_THAT(s.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+  s = Shutdown(SenderOf("chief", 0, 10), true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  worker_->ExpectChief(10);
+  s = Shutdown(SenderOf("chief", 0, 10), true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(last_succeeded_);
+}
+
+}  // namespace
+}  // namespace pstrain
