@@ -98,17 +98,6 @@ std::vector<std::string> Without(const std::vector<std::string>& args,
   return kept;
 }
 
-// JobConfig::ValidateFor checks the flags against the cluster's size; without it, the chief
-// checks them once its tasks are up.
-template <typename Config>
-absl::Status ValidateForCluster(const Config& config, int num_ps, int num_workers) {
-  if constexpr (requires { config.ValidateFor(num_ps, num_workers); }) {
-    return config.ValidateFor(num_ps, num_workers);
-  } else {
-    return absl::OkStatus();
-  }
-}
-
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
 
@@ -184,7 +173,7 @@ int main(int argc, char** argv) {
         Without(std::vector<std::string>(args.begin() + 1, args.end()), launch_only);
     absl::StatusOr<pstrain::JobConfig> config = launch_training.ToConfig();
     absl::Status s = config.status();
-    if (s.ok()) s = ValidateForCluster(*config, launch.num_ps, launch.num_workers);
+    if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
     if (!s.ok()) {
       Print(command, "error", std::string(s.message()));
       return 2;

@@ -65,12 +65,6 @@ struct JobEnd {
   }
 };
 
-// The PS learns which chief to obey from the Register response.
-template <typename Ps>
-void ExpectChief(Ps* ps, uint64_t incarnation) {
-  if constexpr (requires { ps->ExpectChief(incarnation); }) ps->ExpectChief(incarnation);
-}
-
 // Serves `services` until the job ends; registers with the chief first and hands its response
 // to `on_registered`. `before_stop` ends calls that would otherwise keep the server from
 // stopping. Returns the job's outcome for this task.
@@ -123,7 +117,7 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address) {
   return Serve(
       o, address, {service.get()}, &end,
       [&](const RegisterResponse& r) {
-        if (r.chief_incarnation() != 0) ExpectChief(ps->get(), r.chief_incarnation());
+        if (r.chief_incarnation() != 0) (*ps)->ExpectChief(r.chief_incarnation());
       },
       [&] { (*ps)->Stop(); });
 }

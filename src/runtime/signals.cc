@@ -8,13 +8,10 @@
 #include <cstring>
 #include <string>
 
+#include "master/master.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
-
-// Ends the chief's running job early (master/master.h). Weak, so that a build whose master part
-// lacks it still links: the signal then ends the process at once, as without a handler.
-void RequestJobStop(const std::string& reason) __attribute__((weak));
 
 namespace {
 
@@ -32,11 +29,6 @@ void OnSignal(int sig) {
 // Runs on the watcher thread, outside the signal handler, so it may lock and log.
 void StopJob(int sig) {
   const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig);
-  if (RequestJobStop == nullptr) {
-    signal(sig, SIG_DFL);
-    raise(sig);
-    return;
-  }
   spdlog::warn("chief got {}: stopping the job and every task", name);
   RequestJobStop(name);
 }
