@@ -24,6 +24,9 @@ struct Job {
   std::string mode;
   std::vector<int> steps;  // by worker task
 };
+void PrintTo(const Job& job, std::ostream* os) {
+  *os << job.mode << " with --steps " << absl::StrJoin(job.steps, ",");
+}
 
 // Built next to the pstrain binary (top-level CMakeLists.txt).
 std::string ExampleBinary() {
