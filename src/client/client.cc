@@ -104,7 +104,7 @@ class Client::Impl {
   std::vector<VariableRef> variables_;  // in creation order
   std::unique_ptr<PsClient> ps_;        // over variables_; rebuilt by CreateVariable
   bool pulled_ = false;                 // a Pull since the last CreateVariable
-  bool after_barrier_ = false;          // the next Pull must not wait for a step or clock
+  bool after_barrier_ = false;          // sync: the next Pull must not wait for a step
   uint64_t next_min_version_ = 0;       // sync: the step the next Pull waits for
   int64_t global_step_ = 0;
   int64_t pushes_ = 0;
@@ -187,11 +187,11 @@ absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
     return absl::FailedPreconditionError("Pull before any CreateVariable: nothing to pull");
   }
   const bool sync = mode_ == "sync";
-  // After a barrier the step after this worker's last push may never come (the others may have
-  // stopped pushing): read what is there, one step on every PS in sync mode.
-  const bool wait = !after_barrier_;
-  absl::Status s = ps_->Pull(values, sync && wait ? next_min_version_ : 0,
-                             mode_ == "ssp" && wait ? pushes_ : 0, sync);
+  // Sync: after a barrier the step after this worker's last push may never come (the others
+  // may have stopped pushing), so read the step that is there, one step on every PS. Ssp keeps
+  // its clock: only workers still training hold it back.
+  const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
+  absl::Status s = ps_->Pull(values, min_version, mode_ == "ssp" ? pushes_ : 0, sync);
   if (!s.ok()) return s;
   pulled_ = true;
   after_barrier_ = false;

@@ -138,11 +138,11 @@ class Client {
   // (row-major, as many as its shape holds), owned by the Client and valid until the next Pull,
   // CreateVariable or Done. Sync mode: waits until the global step after this client's last
   // push is applied (step 0 before the first push). Ssp mode: waits while this client, at
-  // clock = its number of pushes, is more than the staleness ahead of the slowest worker. The
-  // first Pull after a Barrier does not wait (sync: it reads one step on every PS). A PS still
-  // connecting is waited for, and a request that meets a broken connection is sent again, within
-  // the deadline. Cancelled once the chief ended the job; FailedPrecondition after Done or with
-  // no variables.
+  // clock = its number of pushes, is more than the staleness ahead of the slowest worker that is
+  // still training. The first Pull after a Barrier does not wait for a sync step (it reads the
+  // step that is there, the same on every PS). A PS still connecting is waited for, and a
+  // request that meets a broken connection is sent again, within the deadline. Cancelled once
+  // the chief ended the job; FailedPrecondition after Done or with no variables.
   absl::Status Pull(std::vector<const float*>* values);
 
   // Pushes grads[i] for variable i (same order and shapes as created), tagged with the versions
