@@ -10,17 +10,21 @@
 //   {"task": 0, "mse": ..., "w_error": ..., ...}
 // Flags (--name=value or --name value): --steps 200 --batch 32 --examples 2000 --dim 10
 // --optimizer sgd --lr 0.1 --init glorot_uniform|zeros --noise 0.01 --timeout 60.
+// --steps may list one count per worker task (--steps 150,200: worker 0 takes 150 steps, worker
+// 1 and any later ones 200), to see that workers taking different numbers of steps still meet at
+// the final barrier in every consistency mode.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "Eigen/Core"
 #include "client/client.h"
-#include "common/tensor.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -29,7 +33,8 @@ using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowM
 using Vec = Eigen::VectorXd;
 
 struct Flags {
-  int steps = 200, batch = 32, examples = 2000, dim = 10;
+  std::vector<int> steps = {200};  // by worker task; the last one for the tasks after
+  int batch = 32, examples = 2000, dim = 10;
   std::string optimizer = "sgd", init = "glorot_uniform";
   double lr = 0.1, noise = 0.01, timeout = 60;
 };
@@ -37,6 +42,17 @@ struct Flags {
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "linear_regression: error: %s\n", what.c_str());
   std::exit(1);
+}
+
+template <typename T>
+void ParseNumber(const std::string& flag, const std::string& text, T* out) {
+  try {
+    size_t used = 0;
+    *out = static_cast<T>(std::stod(text, &used));
+    if (used != text.size()) throw std::invalid_argument(flag);
+  } catch (const std::exception&) {
+    Fail("flag --" + flag + ": \"" + text + "\" is not a number");
+  }
 }
 
 Flags ParseFlags(int argc, char** argv) {
@@ -57,16 +73,18 @@ Flags ParseFlags(int argc, char** argv) {
   auto num = [&](const std::string& k, auto* out) {
     auto it = kv.find(k);
     if (it == kv.end()) return;
-    try {
-      size_t used = 0;
-      *out = static_cast<std::remove_pointer_t<decltype(out)>>(std::stod(it->second, &used));
-      if (used != it->second.size()) throw std::invalid_argument(k);
-    } catch (const std::exception&) {
-      Fail("flag --" + k + ": \"" + it->second + "\" is not a number");
-    }
+    ParseNumber(k, it->second, out);
     kv.erase(it);
   };
-  num("steps", &f.steps);
+  if (auto it = kv.find("steps"); it != kv.end()) {
+    f.steps.clear();
+    std::stringstream list(it->second);
+    for (std::string item; std::getline(list, item, ',');) {
+      ParseNumber("steps", item, &f.steps.emplace_back());
+    }
+    if (f.steps.empty()) Fail("flag --steps needs a count");
+    kv.erase(it);
+  }
   num("batch", &f.batch);
   num("examples", &f.examples);
   num("dim", &f.dim);
@@ -82,32 +100,14 @@ Flags ParseFlags(int argc, char** argv) {
   str("optimizer", &f.optimizer);
   str("init", &f.init);
   if (!kv.empty()) Fail("unknown flag --" + kv.begin()->first);
-  if (f.steps < 1 || f.batch < 1 || f.examples < 1 || f.dim < 1 || f.timeout <= 0) {
-    Fail("--steps, --batch, --examples, --dim and --timeout must be positive");
+  for (int steps : f.steps) {
+    if (steps < 1) Fail("--steps must be positive");
+  }
+  if (f.batch < 1 || f.examples < 1 || f.dim < 1 || f.timeout <= 0) {
+    Fail("--batch, --examples, --dim and --timeout must be positive");
   }
   if (f.init != "glorot_uniform" && f.init != "zeros") Fail("--init is glorot_uniform or zeros");
   return f;
-}
-
-// Task index and addresses from TF_CONFIG.
-pstrain::ClientOptions FromTfConfig() {
-  const char* env = std::getenv("TF_CONFIG");
-  if (env == nullptr) Fail("TF_CONFIG is not set");
-  pstrain::ClientOptions o;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(env);
-    const nlohmann::json& task = j.at("task");
-    if (task.at("type").get<std::string>() != "worker") {
-      Fail("TF_CONFIG's task.type is \"" + task.at("type").get<std::string>() +
-           "\"; this program runs as a worker");
-    }
-    o.task = task.at("index").get<int>();
-    o.chief = j.at("cluster").at("chief").at(0).get<std::string>();
-    o.ps = j.at("cluster").at("ps").get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    Fail(std::string("TF_CONFIG: ") + e.what());
-  }
-  return o;
 }
 
 void Check(const absl::Status& s, const char* what) {
@@ -118,9 +118,12 @@ void Check(const absl::Status& s, const char* what) {
 
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
-  pstrain::ClientOptions options = FromTfConfig();
+  absl::StatusOr<pstrain::ClientOptions> from_env = pstrain::ClientOptions::FromTfConfig();
+  if (!from_env.ok()) Fail(std::string(from_env.status().message()));
+  pstrain::ClientOptions options = *from_env;
   options.timeout = absl::Seconds(flags.timeout);
   const int d = flags.dim;
+  const int steps = flags.steps[std::min<size_t>(options.task, flags.steps.size() - 1)];
 
   // The true model is the same on every worker (seed 7); each worker draws its own examples.
   std::mt19937_64 truth_rng(7);
@@ -146,14 +149,12 @@ int main(int argc, char** argv) {
     Check(s, what);
   };
 
-  pstrain::VariableOptions w{.name = "w", .shape = {d, 1}};
-  w.initializer.set_kind(flags.init);
-  w.initializer.set_seed(1);
-  w.optimizer.set_name(flags.optimizer);
-  w.optimizer.set_learning_rate(flags.lr);
-  pstrain::VariableOptions b{.name = "b", .shape = {1}};
-  b.initializer.set_kind("zeros");
-  b.optimizer = w.optimizer;
+  const pstrain::OptimizerOptions optimizer{.name = flags.optimizer, .learning_rate = flags.lr};
+  const pstrain::VariableOptions w{.name = "w",
+                                   .shape = {d, 1},
+                                   .initializer = {.kind = flags.init, .seed = 1},
+                                   .optimizer = optimizer};
+  const pstrain::VariableOptions b{.name = "b", .shape = {1}, .optimizer = optimizer};
   absl::StatusOr<int> wi = client.CreateVariable(w);
   check(wi.status(), "create w");
   absl::StatusOr<int> bi = client.CreateVariable(b);
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
   std::uniform_int_distribution<int> pick(0, flags.examples - 1);
   Matrix xb(flags.batch, d);
   Vec yb(flags.batch);
-  for (int step = 0; step < flags.steps; ++step) {
+  for (int step = 0; step < steps; ++step) {
     for (int r = 0; r < flags.batch; ++r) {
       const int i = pick(rng);
       xb.row(r) = x.row(i);
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
   const double mse = ((x * wv).array() + bv - y.array()).square().mean();
   nlohmann::json out = {{"task", options.task},
                         {"mode", client.mode()},
-                        {"steps", flags.steps},
+                        {"steps", steps},
                         {"global_step", client.global_step()},
                         {"mse", mse},
                         {"w_error", (wv - w_star).norm()},

@@ -3,7 +3,7 @@
 #include <atomic>
 #include <thread>
 
-#include "client/client.h"
+#include "client/ps_client.h"
 #include "common/rpc.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "common/tensor_codec.h"
-#include "client/client.h"
+#include "client/ps_client.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

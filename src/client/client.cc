@@ -3,7 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "client/options_proto.h"
+#include "client/ps_client.h"
+#include "common/limits.h"
 #include "common/rpc.h"
+#include "master.grpc.pb.h"
 
 namespace pstrain {
 namespace {
@@ -14,82 +18,153 @@ constexpr char kStartBarrier[] = "pstrain/start";
 absl::Status CheckOptions(const ClientOptions& o) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (o.chief.empty()) return bad("client options: no chief address");
-  if (o.ps.empty()) return bad("client options: no ps addresses");
-  for (size_t i = 0; i < o.ps.size(); ++i) {
-    if (o.ps[i].empty()) return bad("client options: ps ", i, " has an empty address");
+  if (o.task < 0 || o.task >= kMaxTasks) {
+    return bad("client options: task ", o.task, " is not in [0, ", kMaxTasks, ")");
   }
-  if (o.task < 0) return bad("client options: task ", o.task, " is negative");
   if (o.timeout <= absl::ZeroDuration()) return bad("client options: timeout must be positive");
   return absl::OkStatus();
 }
 
+absl::Status CheckVariable(const VariableOptions& v) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("variable \"", v.name, "\": ", parts...));
+  };
+  if (v.name.empty()) return absl::InvalidArgumentError("a variable needs a name");
+  if (v.name.size() > static_cast<size_t>(kMaxNameBytes)) {
+    return bad("the name has ", v.name.size(), " bytes, more than ", kMaxNameBytes);
+  }
+  for (int64_t d : v.shape) {
+    if (d < 0) return bad("shape ", ShapeString(v.shape), " has a negative dimension");
+  }
+  if (v.shape.size() > static_cast<size_t>(kMaxTensorRank)) {
+    return bad("shape has rank ", v.shape.size(), ", more than ", kMaxTensorRank);
+  }
+  const std::optional<int64_t> n = CheckedNumElements(v.shape);
+  if (!n || !CheckedMul(*n, sizeof(float))) {
+    return bad("shape ", ShapeString(v.shape), " has more elements than int64 can count");
+  }
+  return absl::OkStatus();
+}
+
+// Addresses of the PS from the chief's answer to Register.
+absl::StatusOr<std::vector<std::string>> PsAddresses(const RegisterResponse& resp,
+                                                     const std::string& chief) {
+  auto bad = [&](auto... parts) {
+    return absl::InternalError(absl::StrCat("the chief at ", chief, " ", parts...));
+  };
+  if (resp.ps_addresses().empty()) return bad("sent no ps addresses");
+  if (resp.ps_addresses_size() > kMaxTasks) {
+    return bad("sent ", resp.ps_addresses_size(), " ps addresses, more than ", kMaxTasks);
+  }
+  for (int i = 0; i < resp.ps_addresses_size(); ++i) {
+    if (resp.ps_addresses(i).empty()) return bad("sent an empty address for ps:", i);
+  }
+  return std::vector<std::string>(resp.ps_addresses().begin(), resp.ps_addresses().end());
+}
+
 }  // namespace
 
-Client::Client(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master)
-    : options_(options), sender_(MakeSender("worker", options.task)), master_(std::move(master)) {
-  RebuildPsClient();
-}
+class Client::Impl {
+ public:
+  Impl(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master)
+      : options_(options),
+        chief_("chief " + options.chief),
+        sender_(MakeSender("worker", options.task)),
+        master_(std::move(master)) {}
 
-Client::~Client() = default;
+  absl::Status Connect();
+  absl::StatusOr<int> CreateVariable(const VariableOptions& v);
+  absl::Status Pull(std::vector<const float*>* values);
+  absl::Status Push(const std::vector<Tensor>& grads, int64_t examples, std::optional<double> loss);
+  absl::Status Barrier(const std::string& name);
+  absl::Status Done(const absl::Status& outcome);
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  std::unique_ptr<Client> c(
-      new Client(options, MasterService::NewStub(MakeChannel(options.chief))));
-  const std::string chief = "chief " + options.chief;
+  int64_t global_step() const { return global_step_; }
+  int64_t pushes() const { return pushes_; }
+  const std::string& mode() const { return mode_; }
+  int num_ps() const { return static_cast<int>(ps_addresses_.size()); }
+
+ private:
+  absl::Status CheckUsable() const;
+  absl::Status WaitAtBarrier(const std::string& name);
+  absl::Status Report(bool done, const std::string& error);
+  void RebuildPsClient();
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    return ContextWithTimeout(options_.timeout);
+  }
+
+  // Constant after Connect.
+  const ClientOptions options_;
+  const std::string chief_;  // "chief host:port", for messages
+  const Sender sender_;
+  const std::unique_ptr<MasterService::Stub> master_;
+  std::string mode_;
+  std::vector<std::string> ps_addresses_;  // from the chief, by task
+
+  std::vector<VariableRef> variables_;  // in creation order
+  std::unique_ptr<PsClient> ps_;        // over variables_; rebuilt by CreateVariable
+  bool pulled_ = false;                 // a Pull since the last CreateVariable
+  bool after_barrier_ = false;          // sync: the next Pull must not wait for a step
+  uint64_t next_min_version_ = 0;       // sync: the step the next Pull waits for
+  int64_t global_step_ = 0;
+  int64_t pushes_ = 0;
+  int64_t examples_ = 0;
+  int64_t stale_dropped_ = 0;
+  double loss_sum_ = 0;  // since the last progress report
+  int loss_count_ = 0;
+  double last_loss_ = 0;
+  bool stopping_ = false;  // the chief said the job is ending
+  bool done_ = false;
+};
+
+absl::Status Client::Impl::Connect() {
   RegisterRequest req;
-  *req.mutable_sender() = c->sender_;
+  *req.mutable_sender() = sender_;
   RegisterResponse resp;
   // The chief may answer only once the cluster is ready, so each attempt may take what is left.
-  const absl::Time deadline = absl::Now() + options.timeout;
-  absl::Status s = RetryUntil(options.timeout, "the chief at " + options.chief, [&] {
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::Status s = RetryUntil(options_.timeout, "the chief at " + options_.chief, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
-    return FromGrpcStatus(c->master_->Register(&ctx, req, &resp), "Register", chief);
+    return FromGrpcStatus(master_->Register(&ctx, req, &resp), "Register", chief_);
   });
   if (!s.ok()) return s;
-  c->mode_ = resp.mode();
-  if (s = c->Barrier(kStartBarrier); !s.ok()) return s;
-  return c;
+  absl::StatusOr<std::vector<std::string>> ps = PsAddresses(resp, options_.chief);
+  if (!ps.ok()) return ps.status();
+  ps_addresses_ = *std::move(ps);
+  mode_ = resp.mode();
+  RebuildPsClient();
+  return WaitAtBarrier(kStartBarrier);
 }
 
-void Client::RebuildPsClient() {
-  ps_ = std::make_unique<PsClient>(options_.ps, variables_, sender_, options_.timeout);
+void Client::Impl::RebuildPsClient() {
+  ps_ = std::make_unique<PsClient>(ps_addresses_, variables_, sender_, options_.timeout);
   pulled_ = false;
 }
 
-absl::Status Client::CheckUsable() const {
+absl::Status Client::Impl::CheckUsable() const {
   if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
   if (stopping_) return absl::CancelledError("the chief is ending the job");
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> Client::CreateVariable(const VariableOptions& v) {
+absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
   if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
-  if (v.name.empty()) return absl::InvalidArgumentError("a variable needs a name");
-  for (int64_t d : v.shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("variable \"", v.name, "\" has shape ",
-                                                     ShapeString(v.shape), ": dims must be >= 0"));
-    }
-  }
+  if (absl::Status s = CheckVariable(v); !s.ok()) return s;
   CreateVariableRequest req;
   *req.mutable_sender() = sender_;
   VariableSpec* spec = req.mutable_spec();
   spec->set_name(v.name);
   spec->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
-  *spec->mutable_initializer() = v.initializer;
-  *spec->mutable_optimizer() = v.optimizer;
+  *spec->mutable_initializer() = ToProto(v.initializer);
+  if (v.optimizer) *spec->mutable_optimizer() = ToProto(*v.optimizer);
   spec->set_partitioner(v.partitioner);
   CreateVariableResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-  absl::Status s = FromGrpcStatus(master_->CreateVariable(&ctx, req, &resp),
-                                  "CreateVariable \"" + v.name + "\"", "chief " + options_.chief);
+  absl::Status s = FromGrpcStatus(master_->CreateVariable(Context().get(), req, &resp),
+                                  "CreateVariable \"" + v.name + "\"", chief_);
   if (!s.ok()) return s;
   // A bad answer from the chief is an error here rather than a crash later.
-  absl::StatusOr<VariableRef> ref =
-      ToVariableRef(resp.placement(), v.name, v.shape, static_cast<int>(options_.ps.size()));
+  absl::StatusOr<VariableRef> ref = ToVariableRef(resp.placement(), v.name, v.shape, num_ps());
   if (!ref.ok()) return absl::InternalError(absl::StrCat("chief's ", ref.status().message()));
   for (size_t i = 0; i < variables_.size(); ++i) {
     if (variables_[i].name == v.name) {
@@ -106,22 +181,26 @@ absl::StatusOr<int> Client::CreateVariable(const VariableOptions& v) {
   return static_cast<int>(variables_.size() - 1);
 }
 
-absl::Status Client::Pull(std::vector<const float*>* values) {
+absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
   if (absl::Status s = CheckUsable(); !s.ok()) return s;
   if (variables_.empty()) {
     return absl::FailedPreconditionError("Pull before any CreateVariable: nothing to pull");
   }
   const bool sync = mode_ == "sync";
-  absl::Status s =
-      ps_->Pull(values, sync ? next_min_version_ : 0, mode_ == "ssp" ? pushes_ : 0, sync);
+  // Sync: after a barrier the step after this worker's last push may never come (the others
+  // may have stopped pushing), so read the step that is there, one step on every PS. Ssp keeps
+  // its clock: only workers still training hold it back.
+  const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
+  absl::Status s = ps_->Pull(values, min_version, mode_ == "ssp" ? pushes_ : 0, sync);
   if (!s.ok()) return s;
   pulled_ = true;
+  after_barrier_ = false;
   global_step_ = static_cast<int64_t>(ps_->min_version_read());
   return absl::OkStatus();
 }
 
-absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
-                          std::optional<double> loss) {
+absl::Status Client::Impl::Push(const std::vector<Tensor>& grads, int64_t examples,
+                                std::optional<double> loss) {
   if (absl::Status s = CheckUsable(); !s.ok()) return s;
   if (!pulled_) {
     return absl::FailedPreconditionError(
@@ -142,7 +221,7 @@ absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
   return absl::OkStatus();
 }
 
-absl::Status Client::Report(bool done, const std::string& error) {
+absl::Status Client::Impl::Report(bool done, const std::string& error) {
   ProgressRequest req;
   *req.mutable_sender() = sender_;
   req.set_steps(pushes_);
@@ -152,39 +231,74 @@ absl::Status Client::Report(bool done, const std::string& error) {
   loss_count_ = 0;
   req.set_loss(last_loss_);
   req.set_done(done);
-  req.set_error(error);
+  req.set_error(error.substr(0, kMaxTextBytes));
   req.set_stale_dropped(stale_dropped_);
   ProgressResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-  absl::Status s = FromGrpcStatus(master_->ReportProgress(&ctx, req, &resp), "ReportProgress",
-                                  "chief " + options_.chief);
+  absl::Status s = FromGrpcStatus(master_->ReportProgress(Context().get(), req, &resp),
+                                  "ReportProgress", chief_);
   // The push before this report was applied; the job ending shows at the next Pull or Push.
   if (s.ok() && resp.stop()) stopping_ = true;
   return s;
 }
 
-absl::Status Client::Barrier(const std::string& name) {
-  if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
+absl::Status Client::Impl::Barrier(const std::string& name) {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  if (name.empty() || name.size() > static_cast<size_t>(kMaxNameBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a barrier name has 1 to ", kMaxNameBytes, " bytes, got ", name.size()));
+  }
+  // Pause first: a worker waiting here must not hold back the steps of those still training,
+  // or they would wait in a pull for this worker while it waits for them.
+  if (absl::Status s = ps_->Leave(/*pause=*/true); !s.ok()) return s;
+  after_barrier_ = true;
+  return WaitAtBarrier(name);
+}
+
+absl::Status Client::Impl::WaitAtBarrier(const std::string& name) {
   BarrierRequest req;
   *req.mutable_sender() = sender_;
   req.set_name(name);
   BarrierResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-  return FromGrpcStatus(master_->Barrier(&ctx, req, &resp), "Barrier \"" + name + "\"",
-                        "chief " + options_.chief);
+  // The chief answers a barrier that is still missing workers when this deadline comes, naming
+  // them, so its message is the error.
+  return FromGrpcStatus(master_->Barrier(Context().get(), req, &resp), "Barrier \"" + name + "\"",
+                        chief_);
 }
 
-absl::Status Client::Done(const absl::Status& outcome) {
+absl::Status Client::Impl::Done(const absl::Status& outcome) {
   if (done_) return absl::FailedPreconditionError("Done() was already called");
   done_ = true;
   // Leave first: once the last worker reports done the chief shuts the PS down. After the
-  // chief said stop, the PS may already be gone, so a failed Leave is no error then.
-  absl::Status left = ps_->Leave();
-  if (stopping_) left = absl::OkStatus();
+  // chief said stop, the PS may already be gone and no step waits for this worker any more.
+  absl::Status left = stopping_ ? absl::OkStatus() : ps_->Leave();
   absl::Status reported = Report(outcome.ok(), outcome.ok() ? "" : std::string(outcome.message()));
   return !left.ok() ? left : reported;
 }
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>(options, MasterService::NewStub(MakeChannel(options.chief)));
+  if (absl::Status s = impl->Connect(); !s.ok()) return s;
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+absl::StatusOr<int> Client::CreateVariable(const VariableOptions& v) {
+  return impl_->CreateVariable(v);
+}
+absl::Status Client::Pull(std::vector<const float*>* values) { return impl_->Pull(values); }
+absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
+                          std::optional<double> loss) {
+  return impl_->Push(grads, examples, loss);
+}
+int64_t Client::global_step() const { return impl_->global_step(); }
+int64_t Client::pushes() const { return impl_->pushes(); }
+absl::Status Client::Barrier(const std::string& name) { return impl_->Barrier(name); }
+absl::Status Client::Done(const absl::Status& outcome) { return impl_->Done(outcome); }
+const std::string& Client::mode() const { return impl_->mode(); }
+int Client::num_ps() const { return impl_->num_ps(); }
 
 }  // namespace pstrain

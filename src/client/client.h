@@ -1,17 +1,23 @@
 // The client API: what a user's own training program calls to train through pstrain, in the
-// role of TensorFlow's ParameterServerStrategy. Public header of src/client.
+// role of TensorFlow's ParameterServerStrategy. Public header of src/client, installed as
+// <prefix>/include/pstrain/client/client.h with common/tensor.h; it needs only Abseil's
+// status and time headers (find_package(pstrain) and pkg-config pstrain provide them).
 //
 // A program runs as worker task `task` of a cluster whose chief was started with
 // `pstrain server --job chief --model external`. It connects, creates its variables (every worker
 // may create the same ones: creation is get-or-create), then loops Pull -> compute gradients ->
 // Push, and finally calls Done():
 //
-//   auto c = Client::Connect({.chief = "h:p", .ps = {...}, .task = i});
+//   absl::StatusOr<ClientOptions> o = ClientOptions::FromTfConfig();  // or {.chief = "h:p", ...}
+//   auto c = Client::Connect(*o);
 //   int w = *(*c)->CreateVariable({.name = "w", .shape = {10, 1}});
 //   std::vector<const float*> values;
 //   for (...) { (*c)->Pull(&values); ...compute grads...; (*c)->Push(grads); }
+//   (*c)->Barrier("trained");  // optional: wait for the others, then a final Pull
 //   (*c)->Done();
 //
+// The PS addresses come from the chief when the client registers, in the chief's task order, so
+// a client cannot address the wrong PS.
 // Threads: a Client is used by one thread at a time (it keeps per-call buffers); several
 // threads of one process need a Client each (and distinct tasks).
 // Errors: every call returns a status; none throws. Each RPC has ClientOptions::timeout as its
@@ -23,31 +29,84 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/ps_client.h"  // the low-level sharded pull/push, used by pstrain's own trainer
 #include "common/tensor.h"
-#include "master.grpc.pb.h"
 
 namespace pstrain {
 
 struct ClientOptions {
-  std::string chief = {};            // host:port of the chief's MasterService
-  std::vector<std::string> ps = {};  // host:port of every PS task, by task index
-  int task = 0;                      // this program's index in the cluster's "worker" job
+  std::string chief = {};  // host:port of the chief's MasterService
+  int task = 0;            // this program's index in the cluster's "worker" job
   // Longest wait to reach the chief and for the start barrier, and the deadline of every call
   // (a sync Pull waiting for slower workers, a Barrier).
   absl::Duration timeout = absl::Seconds(60);
+
+  // The options of the worker that the environment variable TF_CONFIG (TensorFlow's JSON
+  // cluster format) describes: chief = cluster.chief[0], task = task.index, which must have
+  // task.type "worker" (and be below the length of cluster.worker when that is given). timeout
+  // keeps its default. InvalidArgument saying what is missing or wrong (for bad JSON, where).
+  static absl::StatusOr<ClientOptions> FromTfConfig();
+  // The same from TF_CONFIG's text.
+  static absl::StatusOr<ClientOptions> FromTfConfigJson(std::string_view json);
+};
+
+// How the chief fills a new variable (the values are drawn once, seeded, on the chief). The
+// fields that `kind` does not use are ignored.
+struct InitializerOptions {
+  // "zeros" (also ""), "constant" (value), "uniform" (low, high), "normal" and
+  // "truncated_normal" (mean, stddev; truncated at 2 stddev), "glorot_uniform" (fan-in and
+  // fan-out from the shape).
+  std::string kind = "zeros";
+  double value = 0;
+  double low = 0, high = 0;
+  double mean = 0, stddev = 0;
+  uint64_t seed = 0;
+};
+
+// Learning rate as a function of the variable's update count (the global step in sync mode).
+struct ScheduleOptions {
+  std::string kind = "constant";  // "constant", "step" or "cosine"
+  // step: lr * decay_rate ^ floor(step / step_size)
+  int64_t step_size = 0;
+  double decay_rate = 0;
+  // cosine: linear warm-up from 0 to lr over warmup_steps, then cosine decay from lr to min_lr
+  // at total_steps (and min_lr after it); total_steps must exceed warmup_steps.
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr = 0;
+};
+
+// The optimizer the PS apply to every gradient pushed for a variable. Unset optional fields take
+// the defaults shown (PyTorch's, and McMahan et al. 2013's for FTRL); the PS refuse values out of
+// range with InvalidArgument naming the field.
+struct OptimizerOptions {
+  std::string name = "sgd";  // sgd, momentum, adagrad, adam, rmsprop, ftrl
+  double learning_rate = 0.01;
+  std::optional<double> beta1 = {};      // adam, default 0.9
+  std::optional<double> beta2 = {};      // adam, default 0.999
+  std::optional<double> epsilon = {};    // adam 1e-8, rmsprop 1e-8, adagrad 1e-10
+  double momentum = 0;                   // momentum (and rmsprop)
+  bool nesterov = false;                 // momentum
+  double initial_accumulator_value = 0;  // adagrad (0 is its default); ftrl (0 means 0.1)
+  std::optional<double> rho = {};        // rmsprop's smoothing constant (torch's alpha), 0.99
+  double l1 = 0, l2 = 0;                 // ftrl
+  std::optional<double> learning_rate_power = {};  // ftrl, default -0.5
+  double clip_norm = 0;  // > 0: a gradient whose L2 norm exceeds it is scaled down to it
+  ScheduleOptions schedule = {};
 };
 
 struct VariableOptions {
-  std::string name = {};            // unique in the job
-  std::vector<int64_t> shape = {};  // dims >= 0; [] is a scalar
-  InitializerDef initializer = {};  // drawn once by the chief; kind "" means zeros
-  OptimizerConfig optimizer = {};   // applied on the PS to every pushed gradient
+  std::string name = {};                // unique in the job
+  std::vector<int64_t> shape = {};      // dims >= 0; [] is a scalar
+  InitializerOptions initializer = {};  // zeros unless set
+  // Applied on the PS to every pushed gradient; unset: the chief's optimizer (its --optimizer,
+  // --lr and related flags).
+  std::optional<OptimizerOptions> optimizer = {};
   // "none", "fixed:N", "min_bytes:B" or "max_bytes:B"; empty = the chief's --partitioner
   std::string partitioner = {};
 };
@@ -55,9 +114,10 @@ struct VariableOptions {
 class Client {
  public:
   // Registers as worker `task` with the chief (retried with backoff until `timeout` while the
-  // chief is unreachable), then waits at the barrier "pstrain/start", which the chief releases
-  // once every task registered and the PS are configured. InvalidArgument for bad options;
-  // DeadlineExceeded naming the chief when it cannot be reached in time.
+  // chief is unreachable), learns the PS addresses from it, then waits at the barrier
+  // "pstrain/start", which the chief releases once every task registered and the PS are
+  // configured. InvalidArgument for bad options; DeadlineExceeded naming the chief when it
+  // cannot be reached in time; the chief's error when it refuses this worker.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   // Not copyable. Destroying a Client without Done() leaves the chief waiting for this worker
@@ -78,8 +138,11 @@ class Client {
   // (row-major, as many as its shape holds), owned by the Client and valid until the next Pull,
   // CreateVariable or Done. Sync mode: waits until the global step after this client's last
   // push is applied (step 0 before the first push). Ssp mode: waits while this client, at
-  // clock = its number of pushes, is more than the staleness ahead of the slowest worker.
-  // Cancelled once the chief ended the job; FailedPrecondition after Done or with no variables.
+  // clock = its number of pushes, is more than the staleness ahead of the slowest worker that is
+  // still training. The first Pull after a Barrier does not wait for a sync step (it reads the
+  // step that is there, the same on every PS). A PS still connecting is waited for, and a
+  // request that meets a broken connection is sent again, within the deadline. Cancelled once
+  // the chief ended the job; FailedPrecondition after Done or with no variables.
   absl::Status Pull(std::vector<const float*>* values);
 
   // Pushes grads[i] for variable i (same order and shapes as created), tagged with the versions
@@ -88,18 +151,24 @@ class Client {
   // sent to the chief every 20 pushes. InvalidArgument for a wrong count or shape (nothing is
   // sent); FailedPrecondition without a Pull since the last CreateVariable; Cancelled once the
   // chief ended the job (the push that learns of it still succeeds: it was applied). A failed
-  // progress report is returned as this push's error although its gradient was applied.
+  // progress report is returned as this push's error although its gradient was applied. A push
+  // is never sent twice: after an error it is unknown whether it was applied.
   absl::Status Push(const std::vector<Tensor>& grads, int64_t examples = 0,
                     std::optional<double> loss = std::nullopt);
 
   // The smallest variable version read by the last Pull: the global step in sync mode, the
   // number of updates applied in async and ssp mode. 0 before the first Pull.
-  int64_t global_step() const { return global_step_; }
+  int64_t global_step() const;
   // Pushes done by this client.
-  int64_t pushes() const { return pushes_; }
+  int64_t pushes() const;
 
-  // Blocks until every worker reached the barrier `name` (MasterService.Barrier); a barrier
-  // name is used once per job.
+  // Blocks until every worker that has not called Done() reached the barrier `name`
+  // (MasterService.Barrier); a barrier name is used once per job. While it waits, this worker
+  // does not hold back the others: it first tells every PS that it pauses, so in sync and ssp
+  // jobs the workers still training step on without it (sync steps aggregate the gradients of
+  // the workers not paused), and its next Push rejoins it. So workers may take different numbers
+  // of steps and then meet here. DeadlineExceeded after `timeout`, with the chief's account of
+  // which workers have not arrived.
   absl::Status Barrier(const std::string& name);
 
   // Call once at the end: tells every PS this worker left (so sync steps and ssp clocks stop
@@ -109,33 +178,14 @@ class Client {
   absl::Status Done(const absl::Status& outcome = absl::OkStatus());
 
   // The job's consistency mode, from the chief: "async", "sync" or "ssp".
-  const std::string& mode() const { return mode_; }
+  const std::string& mode() const;
+  // The number of PS tasks, from the chief.
+  int num_ps() const;
 
  private:
-  Client(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master);
-  absl::Status CheckUsable() const;
-  absl::Status Report(bool done, const std::string& error);
-  void RebuildPsClient();
-
-  // Constant after Connect.
-  const ClientOptions options_;
-  const Sender sender_;
-  const std::unique_ptr<MasterService::Stub> master_;
-  std::string mode_;
-
-  std::vector<VariableRef> variables_;  // in creation order
-  std::unique_ptr<PsClient> ps_;        // over variables_; rebuilt by CreateVariable
-  bool pulled_ = false;                 // a Pull since the last CreateVariable
-  uint64_t next_min_version_ = 0;       // sync: the step the next Pull waits for
-  int64_t global_step_ = 0;
-  int64_t pushes_ = 0;
-  int64_t examples_ = 0;
-  int64_t stale_dropped_ = 0;
-  double loss_sum_ = 0;  // since the last progress report
-  int loss_count_ = 0;
-  double last_loss_ = 0;
-  bool stopping_ = false;  // the chief said the job is ending
-  bool done_ = false;
+  class Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  const std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace pstrain

@@ -1,11 +1,13 @@
-#include "common/tensor_codec.h"
 #include "client/ps_client.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc.h"
+#include "common/tensor_codec.h"
 
 namespace pstrain {
 namespace {
@@ -51,74 +53,155 @@ absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string&
 }
 
 PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
-                   Sender sender, absl::Duration timeout)
+                   Sender sender, absl::Duration timeout, RequestLimits limits)
     : addresses_(ps_addresses),
       variables_(std::move(variables)),
       sender_(std::move(sender)),
       timeout_(timeout),
-      by_ps_(ps_addresses.size()),
       assembled_(variables_.size()),
-      versions_(variables_.size()),
-      pull_reqs_(ps_addresses.size()),
-      pull_resps_(ps_addresses.size()),
-      push_reqs_(ps_addresses.size()),
-      push_resps_(ps_addresses.size()) {
+      versions_(variables_.size()) {
   for (const std::string& a : addresses_) {
     stubs_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
   }
-  for (size_t t = 0; t < addresses_.size(); ++t) {
-    *pull_reqs_[t].mutable_sender() = sender_;
-    *push_reqs_[t].mutable_sender() = sender_;
-  }
+  PlanBatches(limits);
+  if (!unsendable_.ok()) return;
   for (size_t i = 0; i < variables_.size(); ++i) {
     const VariableRef& v = variables_[i];
     versions_[i].assign(v.shards.size(), 0);
     if (v.shards.size() > 1) assembled_[i].resize(NumElements(v.shape));
+  }
+  pull_reqs_.resize(batches_.size());
+  pull_resps_.resize(batches_.size());
+  push_reqs_.resize(batches_.size());
+  push_resps_.resize(batches_.size());
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    *pull_reqs_[b].mutable_sender() = sender_;
+    *push_reqs_[b].mutable_sender() = sender_;
+    for (const auto [i, k] : batches_[b].slots) {
+      const std::string& name = variables_[i].shards[k].name;
+      pull_reqs_[b].add_names(name);
+      push_reqs_[b].add_gradients()->set_name(name);
+    }
+  }
+}
+
+void PsClient::PlanBatches(const RequestLimits& limits) {
+  // What a request carries besides tensor bytes stays within the message's headroom.
+  constexpr int64_t kMaxOverheadBytes = kMaxMessageBytes - kMaxPayloadBytes;
+  struct Open {
+    int64_t tensor_bytes = 0, overhead_bytes = 0;
+    int batch = -1;
+  };
+  std::vector<Open> open(addresses_.size());
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const VariableRef& v = variables_[i];
     for (size_t k = 0; k < v.shards.size(); ++k) {
       const ShardRef& s = v.shards[k];
-      by_ps_[s.ps_task].push_back({i, k});
-      pull_reqs_[s.ps_task].add_names(s.name);
-      push_reqs_[s.ps_task].add_gradients()->set_name(s.name);
+      const std::optional<int64_t> n = CheckedNumElements(ShardShape(v, s));
+      const std::optional<int64_t> bytes = n ? CheckedMul(*n, sizeof(float)) : std::nullopt;
+      if (!bytes || *bytes > limits.max_tensor_bytes) {
+        unsendable_ = absl::InvalidArgumentError(absl::StrCat(
+            "variable \"", v.name, "\" shard \"", s.name, "\" on ps:", s.ps_task, " has shape ",
+            ShapeString(ShardShape(v, s)), ", more than the ", limits.max_tensor_bytes,
+            " bytes one request may carry: partition the variable into smaller shards"));
+        return;
+      }
+      const int64_t overhead = static_cast<int64_t>(s.name.size()) + 16 * (v.shape.size() + 4);
+      Open& o = open[s.ps_task];
+      const bool fits = o.batch >= 0 && o.tensor_bytes + *bytes <= limits.max_tensor_bytes &&
+                        o.overhead_bytes + overhead <= kMaxOverheadBytes &&
+                        static_cast<int>(batches_[o.batch].slots.size()) < limits.max_tensors;
+      if (!fits) {
+        o = Open{0, 0, static_cast<int>(batches_.size())};
+        batches_.push_back({s.ps_task, {}});
+        batch_ps_.push_back(s.ps_task);
+      }
+      o.tensor_bytes += *bytes;
+      o.overhead_bytes += overhead;
+      batches_[o.batch].slots.push_back({i, k});
     }
   }
 }
 
 template <typename Req, typename Resp, typename Call>
-absl::Status PsClient::FanOut(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
-                              bool all_ps, Call call) {
+absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
+                              std::vector<Req>& reqs, std::vector<Resp>& resps, bool retry,
+                              Call call) {
   // Shared with the callbacks: one may still be unlocking it when this function returns.
   struct State {
     absl::Mutex mu;
     size_t pending ABSL_GUARDED_BY(mu) = 0;
-    absl::Status first_error ABSL_GUARDED_BY(mu);
+    std::vector<absl::Status> results ABSL_GUARDED_BY(mu);
   };
-  auto state = std::make_shared<State>();
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(stubs_.size());
-  for (size_t t = 0; t < stubs_.size(); ++t) {
-    if (by_ps_[t].empty() && !all_ps) continue;
-    contexts[t] = ContextWithTimeout(timeout_);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout_;
+  std::vector<size_t> todo(targets.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 1;; ++attempt) {
+    auto state = std::make_shared<State>();
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(todo.size());
     {
       absl::MutexLock lock(&state->mu);
-      ++state->pending;
+      state->pending = todo.size();
+      state->results.assign(todo.size(), absl::OkStatus());
     }
-    std::string peer = absl::StrCat(TaskName("ps", t), " ", addresses_[t]);
-    call(stubs_[t]->async(), contexts[t].get(), &reqs[t], &resps[t],
-         [state, what, peer = std::move(peer)](grpc::Status s) {
-           absl::MutexLock lock(&state->mu);
-           if (!s.ok() && state->first_error.ok()) {
-             state->first_error = FromGrpcStatus(s, what, peer);
-           }
-           --state->pending;
-         });
+    for (size_t j = 0; j < todo.size(); ++j) {
+      const size_t i = todo[j];
+      const int t = targets[i];
+      contexts[j] = std::make_unique<grpc::ClientContext>();
+      contexts[j]->set_deadline(absl::ToChronoTime(deadline));
+      // A PS still connecting (or reconnecting) is waited for, not failed at once.
+      contexts[j]->set_wait_for_ready(true);
+      std::string peer = absl::StrCat(TaskName("ps", t), " ", addresses_[t]);
+      call(stubs_[t]->async(), contexts[j].get(), &reqs[i], &resps[i],
+           [state, j, what, peer = std::move(peer)](grpc::Status s) {
+             absl::MutexLock lock(&state->mu);
+             state->results[j] = FromGrpcStatus(s, what, peer);
+             --state->pending;
+           });
+    }
+    std::vector<absl::Status> results;
+    {
+      absl::MutexLock lock(&state->mu);
+      state->mu.Await(absl::Condition(
+          +[](State* st) ABSL_NO_THREAD_SAFETY_ANALYSIS { return st->pending == 0; }, state.get()));
+      results = std::move(state->results);
+    }
+    std::vector<size_t> again;
+    absl::Status first;
+    for (size_t j = 0; j < todo.size(); ++j) {
+      if (results[j].ok()) continue;
+      if (!retry || !absl::IsUnavailable(results[j])) return results[j];
+      if (first.ok()) first = results[j];
+      again.push_back(todo[j]);
+    }
+    if (again.empty()) return absl::OkStatus();
+    if (absl::Now() + backoff >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          first.message(), " (", attempt, " attempts in ",
+          absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))), ")"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+    todo = std::move(again);
   }
-  absl::MutexLock lock(&state->mu);
-  state->mu.Await(absl::Condition(
-      +[](State* st) ABSL_NO_THREAD_SAFETY_ANALYSIS { return st->pending == 0; }, state.get()));
-  return state->first_error;
+}
+
+template <typename Req, typename Resp, typename Call>
+absl::Status PsClient::ToEveryPs(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
+                                 Call call) {
+  std::vector<int> targets(stubs_.size());
+  for (size_t t = 0; t < targets.size(); ++t) targets[t] = static_cast<int>(t);
+  reqs.resize(targets.size());
+  resps.resize(targets.size());
+  for (Req& r : reqs) *r.mutable_sender() = sender_;
+  return FanOut(what, targets, reqs, resps, /*retry=*/true, call);
 }
 
 absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_version, int64_t clock,
                             bool same_step) {
+  if (!unsendable_.ok()) return unsendable_;
   while (true) {
     absl::Status s = PullOnce(values, min_version, clock);
     if (!s.ok() || !same_step || min_version_read() == max_version_read()) return s;
@@ -132,20 +215,22 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
     r.set_min_version(min_version);
     r.set_clock(clock);
   }
-  absl::Status s = FanOut("Pull", pull_reqs_, pull_resps_, false,
+  absl::Status s = FanOut("Pull", batch_ps_, pull_reqs_, pull_resps_, /*retry=*/true,
                           [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
                             async->Pull(ctx, req, resp, std::move(done));
                           });
   if (!s.ok()) return s;
   values->assign(variables_.size(), nullptr);
-  for (size_t t = 0; t < stubs_.size(); ++t) {
-    const PullResponse& resp = pull_resps_[t];
-    if (resp.values_size() != static_cast<int>(by_ps_[t].size())) {
-      return absl::InternalError(absl::StrCat("ps:", t, " returned ", resp.values_size(),
-                                              " values for ", by_ps_[t].size(), " variables"));
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const PullResponse& resp = pull_resps_[b];
+    const std::vector<Slot>& slots = batches_[b].slots;
+    if (resp.values_size() != static_cast<int>(slots.size())) {
+      return absl::InternalError(absl::StrCat("ps:", batches_[b].ps, " returned ",
+                                              resp.values_size(), " values for ", slots.size(),
+                                              " variables"));
     }
-    for (size_t k = 0; k < by_ps_[t].size(); ++k) {
-      const auto [i, j] = by_ps_[t][k];
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const auto [i, j] = slots[k];
       const VariableRef& v = variables_[i];
       const ShardRef& shard = v.shards[j];
       absl::StatusOr<const float*> data =
@@ -166,29 +251,32 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
 }
 
 absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped) {
+  if (!unsendable_.ok()) return unsendable_;
   if (grads.size() != variables_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", variables_.size(), " variables"));
   }
   for (size_t i = 0; i < variables_.size(); ++i) {
-    if (grads[i].shape != variables_[i].shape) {
+    if (grads[i].shape != variables_[i].shape ||
+        grads[i].size() != NumElements(variables_[i].shape)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradient for ", variables_[i].name, " has shape ", ShapeString(grads[i].shape),
-          ", the variable ", ShapeString(variables_[i].shape)));
+          "gradient for ", variables_[i].name, " has shape ", ShapeString(grads[i].shape), " and ",
+          grads[i].size(), " values, the variable ", ShapeString(variables_[i].shape)));
     }
   }
-  for (size_t t = 0; t < stubs_.size(); ++t) {
-    for (size_t k = 0; k < by_ps_[t].size(); ++k) {
-      const auto [i, j] = by_ps_[t][k];
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const std::vector<Slot>& slots = batches_[b].slots;
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const auto [i, j] = slots[k];
       const VariableRef& v = variables_[i];
       const ShardRef& shard = v.shards[j];
-      Gradient* g = push_reqs_[t].mutable_gradients(k);
+      Gradient* g = push_reqs_[b].mutable_gradients(k);
       g->set_read_version(versions_[i][j]);
       EncodeTensor(ShardShape(v, shard), grads[i].data() + shard.row_begin * RowSize(v.shape),
                    g->mutable_gradient());
     }
   }
-  absl::Status s = FanOut("Push", push_reqs_, push_resps_, false,
+  absl::Status s = FanOut("Push", batch_ps_, push_reqs_, push_resps_, /*retry=*/false,
                           [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
                             async->Push(ctx, req, resp, std::move(done));
                           });
@@ -215,24 +303,24 @@ uint64_t PsClient::max_version_read() const {
   return v;
 }
 
-absl::Status PsClient::Leave() {
-  std::vector<LeaveRequest> reqs(stubs_.size());
-  std::vector<LeaveResponse> resps(stubs_.size());
-  for (LeaveRequest& r : reqs) *r.mutable_sender() = sender_;
-  return FanOut("Leave", reqs, resps, true,
-                [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                  async->Leave(ctx, req, resp, std::move(done));
-                });
+absl::Status PsClient::Leave(bool pause) {
+  std::vector<LeaveRequest> reqs;
+  std::vector<LeaveResponse> resps;
+  reqs.resize(stubs_.size());
+  for (LeaveRequest& r : reqs) r.set_pause(pause);
+  return ToEveryPs(pause ? "Leave (pause)" : "Leave", reqs, resps,
+                   [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+                     async->Leave(ctx, req, resp, std::move(done));
+                   });
 }
 
 absl::StatusOr<std::vector<StatsResponse>> PsClient::Stats() {
-  std::vector<StatsRequest> reqs(stubs_.size());
-  std::vector<StatsResponse> resps(stubs_.size());
-  for (StatsRequest& r : reqs) *r.mutable_sender() = sender_;
-  absl::Status s = FanOut("Stats", reqs, resps, true,
-                          [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                            async->Stats(ctx, req, resp, std::move(done));
-                          });
+  std::vector<StatsRequest> reqs;
+  std::vector<StatsResponse> resps;
+  absl::Status s =
+      ToEveryPs("Stats", reqs, resps, [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+        async->Stats(ctx, req, resp, std::move(done));
+      });
   if (!s.ok()) return s;
   return resps;
 }

@@ -1,5 +1,5 @@
-// Internal to src/client: pull and push of sharded variables over every PS task, one request per
-// PS per call, all in flight at once.
+// Internal to pstrain (the trainer, the chief and src/client): pull and push of sharded variables
+// over every PS task, all requests in flight at once. Not part of the installed client API.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/tensor.h"
 #include "ps.grpc.pb.h"
 #include "worker.pb.h"
@@ -33,12 +34,21 @@ struct VariableRef {
 absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
                                           const std::vector<int64_t>& shape, int num_ps);
 
+// How much one Pull or Push request to a PS may carry; a PS's shards are split over as many
+// requests as these need. The defaults are the servers' limits (common/limits.h).
+struct RequestLimits {
+  int64_t max_tensor_bytes = kMaxPayloadBytes;  // sum of the tensors' bytes in one request
+  int max_tensors = kMaxVariablesPerRequest;    // tensors named in one request
+};
+
 // Not thread-safe: one per training thread.
 class PsClient {
  public:
-  // `variables` fixes the order used by Pull and Push.
+  // `variables` fixes the order used by Pull and Push. A shard that cannot travel in one request
+  // (more than limits.max_tensor_bytes) makes every Pull and Push fail with InvalidArgument
+  // naming it.
   PsClient(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
-           Sender sender, absl::Duration timeout);
+           Sender sender, absl::Duration timeout, RequestLimits limits = {});
 
   // Pulls every variable. On success (*values)[i] points at variable i's floats, valid until the
   // next Pull; the versions read are remembered for the next Push. `min_version` (sync) and
@@ -46,41 +56,57 @@ class PsClient {
   // the pull is repeated until every shard was read at one version, so the gradients pushed next
   // all belong to that step; each PS answers only at one step, so this repeats only while the
   // last pushes of a step are still being applied on some PS.
+  // Requests wait for a PS that is still connecting, and one that fails with UNAVAILABLE is
+  // sent again with backoff; the whole call has `timeout` as its deadline.
   absl::Status Pull(std::vector<const float*>* values, uint64_t min_version = 0, int64_t clock = 0,
                     bool same_step = false);
   // Pushes grads[i] for variable i (split into its shards), each shard tagged with the version
   // its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as stale.
+  // Waits for a PS that is still connecting, but is never sent twice (a push is not idempotent).
   absl::Status Push(const std::vector<Tensor>& grads, int* stale_dropped = nullptr);
   // Smallest and largest version over the shards of the last Pull; in sync mode both are the
   // global step.
   uint64_t min_version_read() const;
   uint64_t max_version_read() const;
-  // Tells every PS this worker is done.
-  absl::Status Leave();
+  // Tells every PS this worker is done, or with `pause` that it waits (at a barrier) and should
+  // not hold back sync steps or ssp clocks until its next push.
+  absl::Status Leave(bool pause = false);
   // Counters of every PS task, by task.
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
   const std::vector<VariableRef>& variables() const { return variables_; }
 
  private:
-  struct Slot {  // where shard k of a PS request belongs
+  struct Slot {  // where tensor k of a request belongs
     size_t var;
     size_t shard;
   };
+  struct Batch {  // one Pull or Push request: shards of one PS
+    int ps;
+    std::vector<Slot> slots;
+  };
+  void PlanBatches(const RequestLimits& limits);
   absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
+  // Sends reqs[i] to PS targets[i], all at once, and waits for every answer. With `retry`, the
+  // requests that failed with UNAVAILABLE are sent again with backoff until the deadline.
   template <typename Req, typename Resp, typename Call>
-  absl::Status FanOut(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
-                      bool all_ps, Call call);
+  absl::Status FanOut(const char* what, const std::vector<int>& targets, std::vector<Req>& reqs,
+                      std::vector<Resp>& resps, bool retry, Call call);
+  template <typename Req, typename Resp, typename Call>
+  absl::Status ToEveryPs(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
+                         Call call);
 
   const std::vector<std::string> addresses_;
   const std::vector<VariableRef> variables_;
   const Sender sender_;
   const absl::Duration timeout_;
+  absl::Status unsendable_;  // a shard too large for one request
   std::vector<std::unique_ptr<ParameterServerService::Stub>> stubs_;
-  std::vector<std::vector<Slot>> by_ps_;         // shards held by each PS, in request order
+  std::vector<Batch> batches_;                   // every request of a Pull (and of a Push)
+  std::vector<int> batch_ps_;                    // batches_[i].ps
   std::vector<std::vector<float>> assembled_;    // per variable with several shards
   std::vector<std::vector<uint64_t>> versions_;  // per variable, per shard
-  std::vector<PullRequest> pull_reqs_;
+  std::vector<PullRequest> pull_reqs_;           // per batch
   std::vector<PullResponse> pull_resps_;
   std::vector<PushRequest> push_reqs_;
   std::vector<PushResponse> push_resps_;

@@ -5,8 +5,13 @@
 
 namespace pstrain {
 
-Tensor::Tensor(std::vector<int64_t> s, float fill)
-    : shape(std::move(s)), values(NumElements(shape), fill) {}
+Tensor::Tensor(std::initializer_list<int64_t> shape, float fill)
+    : Tensor(std::vector<int64_t>(shape), fill) {}
+
+Tensor::Tensor(std::vector<int64_t> shape, float fill)
+    : shape(std::move(shape)), values(NumElements(this->shape), fill) {}
+
+Tensor Tensor::Scalar(float value) { return Tensor(std::vector<int64_t>{}, value); }
 
 int64_t NumElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
+#include "client/ps_client.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "common/tensor.h"

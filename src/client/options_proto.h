@@ -1,0 +1,13 @@
+// Internal to src/client: the public option structs of client.h in their wire form.
+#pragma once
+
+#include "client/client.h"
+#include "master.pb.h"
+#include "ps.pb.h"
+
+namespace pstrain {
+
+InitializerDef ToProto(const InitializerOptions& o);
+OptimizerConfig ToProto(const OptimizerOptions& o);
+
+}  // namespace pstrain
