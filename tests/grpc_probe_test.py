@@ -239,8 +239,9 @@ def test_chief_checks_senders_and_sizes(cluster):
         before = ready(c)
         master, me = c.master, c.me
 
-        def create(what, shape, sender=me, codes=SIZE_REFUSALS, opt=None, timeout=60):
-            spec = pb("VariableSpec")(name="probe/c", shape=shape)
+        def create(what, shape, sender=me, codes=SIZE_REFUSALS, opt=None, timeout=60,
+                   partitioner=""):
+            spec = pb("VariableSpec")(name="probe/c", shape=shape, partitioner=partitioner)
             spec.initializer.kind = "zeros"
             if opt:
                 spec.optimizer.CopyFrom(opt)
@@ -251,7 +252,9 @@ def test_chief_checks_senders_and_sizes(cluster):
         create("[2^32, 2^32]", [2**32, 2**32])
         create("[274177, 67280421310721]", [274177, 67280421310721])
         create("[2^62]", [2**62])
-        create("[2^28] (1 GiB: more than a message may carry)", [2**28])
+        # The default partitioner splits a large variable into shards that travel; unsplit, a
+        # 1 GiB variable is more than a message may carry and is refused before it is drawn.
+        create("[2^28] (1 GiB) unpartitioned", [2**28], partitioner="none")
         create("with an optimizer without a name and lr -1", [2],
                codes={C.INVALID_ARGUMENT}, opt=pb("OptimizerConfig")(learning_rate=-1))
         create("from worker 0 with a wrong incarnation", [2], forged, SENDER_REFUSALS)

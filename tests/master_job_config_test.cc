@@ -27,28 +27,28 @@ TEST(JobConfigTest, DefaultsAreValid) {
 TEST(JobConfigTest, MessagesNameTheFlag) {
   JobConfig c;
   c.optimizer.mutable_schedule()->set_kind("step");
-  EXPECT_THAT(Invalid(c), HasSubstr("--lr_step_size must be positive with --lr_schedule step"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_step_size 0 must be positive with --lr_schedule step"));
   c.optimizer.mutable_schedule()->set_step_size(10);
   c.optimizer.mutable_schedule()->set_decay_rate(2);
-  EXPECT_THAT(Invalid(c), HasSubstr("--lr_decay_rate must be in (0, 1]"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_decay_rate 2 must be in (0, 1] with --lr_schedule step"));
 
   c = JobConfig();
   c.optimizer.set_clip_norm(std::nan(""));
-  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm must be non-negative and finite"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm nan must be non-negative and finite"));
   c.optimizer.set_clip_norm(-1);
-  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm must be non-negative and finite"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--clip_norm -1 must be non-negative and finite"));
 
   c = JobConfig();
   c.optimizer.set_name("momentum");
   c.optimizer.set_momentum(1.5);
-  EXPECT_THAT(Invalid(c), HasSubstr("--momentum must be in [0, 1), got 1.5"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--momentum 1.5 must be in [0, 1)"));
   c.optimizer.set_momentum(0);
   c.optimizer.set_nesterov(true);
-  EXPECT_THAT(Invalid(c), HasSubstr("--nesterov needs --momentum > 0"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--nesterov requires --momentum > 0"));
 
   c = JobConfig();
   c.optimizer.set_learning_rate(-1);
-  EXPECT_THAT(Invalid(c), HasSubstr("--lr: learning rate -1 must be positive and finite"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr -1 must be positive and finite"));
   c = JobConfig();
   c.partitioner = "fixed:0";
   EXPECT_THAT(Invalid(c), HasSubstr("--partitioner: bad partitioner \"fixed:0\""));
@@ -59,7 +59,7 @@ TEST(JobConfigTest, CosineNeedsItsLengthUnlessTheMlpJobSetsIt) {
   c.optimizer.mutable_schedule()->set_kind("cosine");
   EXPECT_TRUE(c.Validate().ok());  // the mlp job's own length
   c.model = "external";
-  EXPECT_THAT(Invalid(c), HasSubstr("--lr_total_steps must exceed --warmup_steps"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--lr_total_steps 0 must exceed --warmup_steps 0"));
   c.optimizer.mutable_schedule()->set_total_steps(100);
   EXPECT_TRUE(c.Validate().ok());
 }

@@ -211,7 +211,7 @@ TEST(VariableFromSpecTest, OptimizerIsTheJobsOnlyWhenAbsent) {
   bad_lr.mutable_optimizer()->set_name("adam");
   bad_lr.mutable_optimizer()->set_learning_rate(std::nan(""));
   EXPECT_THAT(VariableFromSpec(bad_lr, job).status().message(),
-              HasSubstr("optimizer.learning_rate: learning rate nan must be positive and finite"));
+              HasSubstr("optimizer.learning_rate nan must be positive and finite"));
   VariableSpec unknown = Spec("w");
   unknown.mutable_optimizer()->set_name("adamw");
   unknown.mutable_optimizer()->set_learning_rate(0.1);
@@ -220,7 +220,7 @@ TEST(VariableFromSpecTest, OptimizerIsTheJobsOnlyWhenAbsent) {
   *schedule.mutable_optimizer() = job;
   schedule.mutable_optimizer()->mutable_schedule()->set_kind("step");
   EXPECT_THAT(VariableFromSpec(schedule, job).status().message(),
-              HasSubstr("optimizer.schedule.step_size must be positive with "
+              HasSubstr("optimizer.schedule.step_size 0 must be positive with "
                         "optimizer.schedule.kind step"));
 }
 

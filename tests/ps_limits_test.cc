@@ -154,7 +154,7 @@ TEST(PsLimitsTest, CreateIsRefusedForTooManyVariablesOrLongNames) {
   req.mutable_variables(0)->mutable_optimizer()->set_name(std::string(100000, 'o'));
   s = ps->CreateVariables(req, &resp);
   EXPECT_EQ(s.code(), kInvalid);
-  EXPECT_THAT(s.message(), HasSubstr("unknown optimizer"));
+  EXPECT_THAT(s.message(), HasSubstr("is not a known optimizer"));
   EXPECT_LT(s.message().size(), 2000u);
   PullRequest pull;
   *pull.mutable_sender() = Chief();

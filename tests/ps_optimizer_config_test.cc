@@ -18,15 +18,18 @@ void ExpectRejected(const OptimizerConfig& config, const std::string& message) {
   absl::StatusOr<std::unique_ptr<Optimizer>> opt = CreateOptimizer(config, 4);
   ASSERT_FALSE(opt.ok()) << config.DebugString();
   EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(opt.status().message(), HasSubstr(message)) << config.DebugString();
-  EXPECT_EQ(ValidateOptimizerConfig(config), opt.status());
+  EXPECT_THAT(std::string(opt.status().message()), HasSubstr(message)) << config.DebugString();
+  // The PS says which optimizer, then what the one validator of configs says.
+  const absl::Status validated = ValidateOptimizerConfig(config);
+  EXPECT_EQ(validated.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(opt.status().message()), HasSubstr(std::string(validated.message())));
 }
 
 TEST(CreateOptimizerTest, RejectsUnknownName) {
   const std::string known = "(known: sgd, momentum, adagrad, adam, rmsprop, ftrl)";
-  ExpectRejected(Config("foo", 0.1), "unknown optimizer 'foo' " + known);
-  ExpectRejected(Config("", 0.1), "unknown optimizer '' " + known);
-  ExpectRejected(Config("SGD", 0.1), "unknown optimizer 'SGD'");
+  ExpectRejected(Config("foo", 0.1), "name \"foo\" is not a known optimizer " + known);
+  ExpectRejected(Config("", 0.1), "name \"\" is not a known optimizer " + known);
+  ExpectRejected(Config("SGD", 0.1), "name \"SGD\" is not a known optimizer");
 }
 
 TEST(CreateOptimizerTest, RejectsBadLearningRate) {
@@ -35,7 +38,7 @@ TEST(CreateOptimizerTest, RejectsBadLearningRate) {
       ExpectRejected(Config(name, lr), "must be positive and finite");
     }
   }
-  ExpectRejected(Config("sgd", -1), "learning rate -1 must be positive and finite");
+  ExpectRejected(Config("sgd", -1), "learning_rate -1 must be positive and finite");
 }
 
 TEST(CreateOptimizerTest, RejectsBetaAndRhoOutsideHalfOpenUnitInterval) {
@@ -103,17 +106,17 @@ TEST(CreateOptimizerTest, RejectsBadClipNorm) {
 TEST(CreateOptimizerTest, RejectsBadSchedules) {
   const OptimizerConfig sgd = Config("sgd", 0.1);
   ExpectRejected(WithSchedule(sgd, "linear", 0, 0, 0, 0, 0),
-                 "unknown learning-rate schedule 'linear' (known: constant, step, cosine)");
+                 "unknown learning-rate schedule \"linear\" (known: constant, step, cosine)");
   ExpectRejected(WithSchedule(sgd, "step", 0, 0.5, 0, 0, 0), "step_size 0 must be positive");
   ExpectRejected(WithSchedule(sgd, "step", 10, 0, 0, 0, 0), "decay_rate 0 must be in (0, 1]");
   ExpectRejected(WithSchedule(sgd, "step", 10, 1.5, 0, 0, 0), "decay_rate 1.5 must be in (0, 1]");
   ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 5, 5, 0),
-                 "total_steps 5 must exceed warmup_steps 5");
+                 "total_steps 5 must exceed schedule.warmup_steps 5");
   ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 0, 0),
-                 "total_steps 0 must exceed warmup_steps 0");
+                 "total_steps 0 must exceed schedule.warmup_steps 0");
   ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, -1, 5, 0), "warmup_steps -1 must be");
   ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, 0.2),
-                 "min_lr 0.2 must be in [0, learning rate 0.1]");
+                 "min_lr 0.2 must be in [0, learning_rate 0.1]");
   ExpectRejected(WithSchedule(sgd, "cosine", 0, 0, 0, 5, -0.01), "min_lr -0.01");
 }
 

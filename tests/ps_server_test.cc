@@ -259,9 +259,9 @@ TEST_F(ParameterServerTest, RejectedCreateCreatesNothing) {
   req.mutable_variables(1)->mutable_initial_value()->mutable_data()->resize(3);
   ExpectCreateRejected("bad tensor", req, kInvalid, {"'bad'", "needs 8 bytes"});
   ExpectCreateRejected("unknown optimizer", with_new("bad", ok, Opt("foo", 1)), kInvalid,
-                       {"'bad'", "unknown optimizer 'foo'"});
+                       {"'bad'", "name \"foo\" is not a known optimizer"});
   ExpectCreateRejected("bad learning rate", with_new("bad", ok, Opt("adam", 0)), kInvalid,
-                       {"'bad'", "learning rate"});
+                       {"'bad'", "learning_rate 0 must be positive"});
   ExpectCreateRejected("non-finite initial value",
                        with_new("bad", Filled({2}, {0, std::nanf("")}), sgd), kInvalid,
                        {"'bad'", "non-finite", "index 1"});

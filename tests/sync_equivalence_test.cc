@@ -3,9 +3,9 @@
 #include <random>
 #include <thread>
 
-#include "common/tensor_codec.h"
 #include "client/ps_client.h"
 #include "common/rpc.h"
+#include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"

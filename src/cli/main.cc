@@ -174,11 +174,11 @@ int main(int argc, char** argv) {
     absl::StatusOr<pstrain::JobConfig> config = launch_training.ToConfig();
     absl::Status s = config.status();
     if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
+    for (const std::string& w : launch_training.Inapplicable()) Print(command, "warning", w);
     if (!s.ok()) {
       Print(command, "error", std::string(s.message()));
       return 2;
     }
-    for (const std::string& w : launch_training.Inapplicable()) Print(command, "warning", w);
     return pstrain::Launch(launch);
   }
 

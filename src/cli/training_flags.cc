@@ -42,15 +42,6 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
   return rules;
 }
 
-// Checks of single flags; each message names the flag and its value. Written so NaN fails.
-absl::Status CheckFlag(bool ok, const char* flag, double value, const char* requirement) {
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, " ", requirement));
-}
-
-bool InUnitInterval(double x) { return x >= 0 && x < 1; }
-bool NonNegativeFinite(double x) { return std::isfinite(x) && x >= 0; }
-
 }  // namespace
 
 std::string TrainingFlags::ValueOf(const std::string& flag) const {
@@ -142,57 +133,6 @@ void TrainingFlags::AddTo(CLI::App* app) {
   options_.assign(all.begin() + before, all.end());
 }
 
-absl::Status TrainingFlags::CheckOptimizerFlags() const {
-  const std::vector<absl::Status> checks = {
-      CheckFlag(NonNegativeFinite(clip_norm_), "--clip_norm", clip_norm_,
-                "must be non-negative and finite (0 = off)"),
-      CheckFlag(InUnitInterval(momentum_), "--momentum", momentum_, "must be in [0, 1)"),
-      CheckFlag(!nesterov_ || momentum_ > 0, "--momentum", momentum_,
-                "must be positive with --nesterov"),
-      CheckFlag(!beta1_ || InUnitInterval(*beta1_), "--beta1", beta1_.value_or(0),
-                "must be in [0, 1)"),
-      CheckFlag(!beta2_ || InUnitInterval(*beta2_), "--beta2", beta2_.value_or(0),
-                "must be in [0, 1)"),
-      CheckFlag(!rho_ || InUnitInterval(*rho_), "--rho", rho_.value_or(0), "must be in [0, 1)"),
-      CheckFlag(!epsilon_ || NonNegativeFinite(*epsilon_), "--epsilon", epsilon_.value_or(0),
-                "must be non-negative and finite"),
-      CheckFlag(NonNegativeFinite(initial_accumulator_), "--initial_accumulator",
-                initial_accumulator_, "must be non-negative and finite"),
-      CheckFlag(NonNegativeFinite(l1_), "--l1", l1_, "must be non-negative and finite"),
-      CheckFlag(NonNegativeFinite(l2_), "--l2", l2_, "must be non-negative and finite"),
-      CheckFlag(!lr_power_ || (std::isfinite(*lr_power_) && *lr_power_ <= 0), "--lr_power",
-                lr_power_.value_or(0), "must be non-positive and finite"),
-  };
-  for (const absl::Status& s : checks) {
-    if (!s.ok()) return s;
-  }
-  if (schedule_ == "step") {
-    if (step_size_ <= 0) {
-      return absl::InvalidArgumentError(
-          "--lr_schedule step needs --lr_step_size, the steps between decays, > 0");
-    }
-    return CheckFlag(decay_rate_ > 0 && decay_rate_ <= 1, "--lr_decay_rate", decay_rate_,
-                     "must be in (0, 1] with --lr_schedule step");
-  }
-  if (schedule_ == "cosine") {
-    if (warmup_steps_ < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--warmup_steps ", warmup_steps_, " must be non-negative"));
-    }
-    if (total_steps_ != 0 && total_steps_ <= warmup_steps_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--lr_total_steps ", total_steps_, " must exceed --warmup_steps ", warmup_steps_));
-    }
-    return CheckFlag(min_lr_ >= 0 && min_lr_ <= lr_, "--min_lr", min_lr_, "must be in [0, --lr]");
-  }
-  if (schedule_ != "constant") {
-    return absl::InvalidArgumentError(absl::StrCat("--lr_schedule \"", schedule_,
-                                                   "\" is not known (known: constant, step, "
-                                                   "cosine)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
   JobConfig c = config_;
   OptimizerConfig& o = c.optimizer;
@@ -226,7 +166,6 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));
   }
   c.task_timeout = absl::Seconds(task_timeout_s_);
-  if (absl::Status st = CheckOptimizerFlags(); !st.ok()) return st;
   if (absl::Status st = c.Validate(); !st.ok()) return st;
   return c;
 }

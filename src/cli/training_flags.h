@@ -27,8 +27,6 @@ class TrainingFlags {
   // The value of the flag that decides whether others apply: --optimizer, --lr_schedule, --mode
   // or --model.
   std::string ValueOf(const std::string& flag) const;
-  // The optimizer and schedule flags, each checked on its own.
-  absl::Status CheckOptimizerFlags() const;
 
   std::vector<CLI::Option*> options_;  // every flag AddTo defined, owned by the app
   JobConfig config_;

@@ -153,6 +153,7 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
       contexts[j]->set_deadline(absl::ToChronoTime(deadline));
       // A PS still connecting (or reconnecting) is waited for, not failed at once.
       contexts[j]->set_wait_for_ready(true);
+      if (canceller_ != nullptr) canceller_->Add(contexts[j].get());
       std::string peer = absl::StrCat(TaskName("ps", t), " ", addresses_[t]);
       call(stubs_[t]->async(), contexts[j].get(), &reqs[i], &resps[i],
            [state, j, what, peer = std::move(peer)](grpc::Status s) {
@@ -168,6 +169,9 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
           +[](State* st) ABSL_NO_THREAD_SAFETY_ANALYSIS { return st->pending == 0; }, state.get()));
       results = std::move(state->results);
     }
+    if (canceller_ != nullptr) {
+      for (const auto& ctx : contexts) canceller_->Remove(ctx.get());
+    }
     std::vector<size_t> again;
     absl::Status first;
     for (size_t j = 0; j < todo.size(); ++j) {
@@ -177,6 +181,9 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
       again.push_back(todo[j]);
     }
     if (again.empty()) return absl::OkStatus();
+    if (canceller_ != nullptr && canceller_->cancelled()) {
+      return absl::CancelledError(absl::StrCat(what, " cancelled: this process is stopping"));
+    }
     if (absl::Now() + backoff >= deadline) {
       return absl::UnavailableError(absl::StrCat(
           first.message(), " (", attempt, " attempts in ",

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/limits.h"
+#include "common/rpc.h"
 #include "common/tensor.h"
 #include "ps.grpc.pb.h"
 #include "worker.pb.h"
@@ -75,6 +76,9 @@ class PsClient {
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
   const std::vector<VariableRef>& variables() const { return variables_; }
+  // Calls in flight or started later end with Cancelled once `canceller` is cancelled (not
+  // owned; it must outlive this client). Set it before the first call.
+  void set_canceller(CallCanceller* canceller) { canceller_ = canceller; }
 
  private:
   struct Slot {  // where tensor k of a request belongs
@@ -98,6 +102,7 @@ class PsClient {
 
   const std::vector<std::string> addresses_;
   const std::vector<VariableRef> variables_;
+  CallCanceller* canceller_ = nullptr;
   const Sender sender_;
   const absl::Duration timeout_;
   absl::Status unsendable_;  // a shard too large for one request

@@ -1,5 +1,6 @@
 #include "common/rpc.h"
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 #include <string_view>
@@ -107,6 +108,28 @@ absl::Status RetryUntil(absl::Duration deadline, const std::string& what,
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
+}
+
+void CallCanceller::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : active_) ctx->TryCancel();
+}
+
+bool CallCanceller::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+void CallCanceller::Add(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) ctx->TryCancel();  // the call then ends as soon as it starts
+  active_.push_back(ctx);
+}
+
+void CallCanceller::Remove(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  active_.erase(std::remove(active_.begin(), active_.end(), ctx), active_.end());
 }
 
 Sender MakeSender(const std::string& job, int task) {

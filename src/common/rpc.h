@@ -5,9 +5,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/limits.h"
 #include "grpcpp/grpcpp.h"
@@ -42,6 +44,24 @@ std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout,
 // `deadline` has passed. The final error says what was waited for for how long.
 absl::Status RetryUntil(absl::Duration deadline, const std::string& what,
                         const std::function<absl::Status()>& attempt);
+
+// Cancels the client calls registered with it: those in flight when Cancel is called, and at
+// once any registered after. Lets a process that is stopping end calls that would otherwise wait
+// out their deadline (a pull waiting for a PS that is gone). Thread-safe.
+class CallCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+  // Registers `ctx` for a call about to start or in flight; a later Cancel cancels it. If Cancel
+  // already ran, cancels `ctx` now. Remove it before `ctx` is destroyed.
+  void Add(grpc::ClientContext* ctx);
+  void Remove(grpc::ClientContext* ctx);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+};
 
 // Identity of this process in requests. The incarnation is random per process.
 Sender MakeSender(const std::string& job, int task);

@@ -45,7 +45,7 @@ absl::Status JobConfig::Validate() const {
     return Bad("--replicas_to_aggregate ", replicas_to_aggregate, " must be non-negative");
   }
   // The mlp job sets a cosine schedule's length to its own when --lr_total_steps is not given.
-  if (absl::Status s = ValidateOptimizer(optimizer, FlagName, model == "mlp"); !s.ok()) return s;
+  if (absl::Status s = ValidateOptimizerConfig(optimizer, FlagName, model == "mlp"); !s.ok()) return s;
   if (absl::StatusOr<PartitionerSpec> p = ParsePartitioner(partitioner); !p.ok()) {
     return Bad("--partitioner: ", p.status().message());
   }

@@ -1,6 +1,8 @@
-// The gRPC MasterService over a Coordinator: each handler converts and forwards.
+// The gRPC MasterService over a Coordinator, on raw requests and responses (common/raw_call.h):
+// each handler forwards to the Coordinator.
 #include <chrono>
 
+#include "common/raw_call.h"
 #include "common/rpc.h"
 #include "master/coordinator.h"
 
@@ -17,48 +19,57 @@ absl::Time BarrierDeadline(const grpc::CallbackServerContext& ctx) {
   return absl::FromChrono(d) - kBarrierAnswerMargin;
 }
 
-class MasterServiceImpl final : public MasterService::CallbackService {
+using Raw = grpc::ByteBuffer;
+using Base = MasterService::WithRawCallbackMethod_Register<
+    MasterService::WithRawCallbackMethod_ReportProgress<
+        MasterService::WithRawCallbackMethod_CreateVariable<
+            MasterService::WithRawCallbackMethod_Barrier<MasterService::Service>>>>;
+
+class MasterServiceImpl final : public Base {
  public:
   explicit MasterServiceImpl(Coordinator* c) : coordinator_(c) {}
 
-  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const RegisterRequest* req,
-                                     RegisterResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(coordinator_->Register(*req, resp)));
-    return reactor;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx, const Raw* req,
+                                     Raw* resp) override {
+    return ServeRaw<RegisterRequest, RegisterResponse>(
+        ctx, req, resp, "Register",
+        [this](const auto& q, auto* r, FinishFn done) { done(coordinator_->Register(q, r)); });
   }
 
-  grpc::ServerUnaryReactor* CreateVariable(grpc::CallbackServerContext* ctx,
-                                           const CreateVariableRequest* req,
-                                           CreateVariableResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(coordinator_->CreateVariable(*req, resp)));
-    return reactor;
+  grpc::ServerUnaryReactor* CreateVariable(grpc::CallbackServerContext* ctx, const Raw* req,
+                                           Raw* resp) override {
+    return ServeRaw<CreateVariableRequest, CreateVariableResponse>(
+        ctx, req, resp, "CreateVariable", [this](const auto& q, auto* r, FinishFn done) {
+          done(coordinator_->CreateVariable(q, r));
+        });
   }
 
   // Held open until the barrier releases or the arrival is withdrawn; finished from the thread
   // that decides it. The Coordinator asks IsCancelled only until it calls `done`, while the
   // context is alive: Finish comes after, and may delete the context.
-  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const BarrierRequest* req,
-                                    BarrierResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    BarrierCall call;
-    call.deadline = BarrierDeadline(*ctx);
-    call.cancelled = [ctx] { return ctx->IsCancelled(); };
-    call.done = [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); };
-    coordinator_->Barrier(*req, std::move(call));
-    return reactor;
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const Raw* req,
+                                    Raw* resp) override {
+    return ServeRaw<BarrierRequest, BarrierResponse>(
+        ctx, req, resp, "Barrier",
+        [this, ctx](const BarrierRequest& q, BarrierResponse*, FinishFn done) {
+          BarrierCall call;
+          call.deadline = BarrierDeadline(*ctx);
+          call.cancelled = [ctx] { return ctx->IsCancelled(); };
+          call.done = std::move(done);
+          coordinator_->Barrier(q, std::move(call));
+        });
   }
 
-  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx,
-                                           const ProgressRequest* req,
-                                           ProgressResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    bool stop = false;
-    absl::Status s = coordinator_->Report(*req, &stop);
-    resp->set_stop(stop);
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+  grpc::ServerUnaryReactor* ReportProgress(grpc::CallbackServerContext* ctx, const Raw* req,
+                                           Raw* resp) override {
+    return ServeRaw<ProgressRequest, ProgressResponse>(
+        ctx, req, resp, "ReportProgress",
+        [this](const ProgressRequest& q, ProgressResponse* r, FinishFn done) {
+          bool stop = false;
+          absl::Status s = coordinator_->Report(q, &stop);
+          r->set_stop(stop);
+          done(s);
+        });
   }
 
  private:

@@ -5,58 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "common/optimizer_config.h"
 #include "model/model.h"
 
 namespace pstrain {
 namespace {
 
-constexpr const char* kKnownOptimizers = "sgd, momentum, adagrad, adam, rmsprop, ftrl";
-
-bool IsKnownOptimizer(const std::string& name) {
-  return name == "sgd" || name == "momentum" || name == "adagrad" || name == "adam" ||
-         name == "rmsprop" || name == "ftrl";
-}
-
-// Written so that NaN fails them.
-bool InUnitInterval(double x) { return x >= 0.0 && x < 1.0; }
-bool NonNegativeFinite(double x) { return std::isfinite(x) && x >= 0.0; }
-
 absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-absl::Status ValidateSchedule(const OptimizerConfig& o, const FieldName& name,
-                              bool total_steps_filled_later) {
-  const LearningRateSchedule& s = o.schedule();
-  const std::string with = absl::StrCat(" with ", name("schedule.kind"), " ", s.kind());
-  if (s.kind().empty() || s.kind() == "constant") return absl::OkStatus();
-  if (s.kind() == "step") {
-    if (s.step_size() <= 0) {
-      return Bad(name("schedule.step_size"), " must be positive", with, ", got ", s.step_size());
-    }
-    if (!(s.decay_rate() > 0.0 && s.decay_rate() <= 1.0)) {
-      return Bad(name("schedule.decay_rate"), " must be in (0, 1]", with, ", got ", s.decay_rate());
-    }
-    return absl::OkStatus();
-  }
-  if (s.kind() == "cosine") {
-    if (s.warmup_steps() < 0) {
-      return Bad(name("schedule.warmup_steps"), " must be non-negative", with, ", got ",
-                 s.warmup_steps());
-    }
-    if (s.total_steps() < 0 || (s.total_steps() <= s.warmup_steps() &&
-                                !(total_steps_filled_later && s.total_steps() == 0))) {
-      return Bad(name("schedule.total_steps"), " must exceed ", name("schedule.warmup_steps"), " (",
-                 s.warmup_steps(), ")", with, ", got ", s.total_steps());
-    }
-    if (!(s.min_lr() >= 0.0 && s.min_lr() <= o.learning_rate())) {
-      return Bad(name("schedule.min_lr"), " must be in [0, ", name("learning_rate"), " ",
-                 o.learning_rate(), "]", with, ", got ", s.min_lr());
-    }
-    return absl::OkStatus();
-  }
-  return Bad(name("schedule.kind"), ": unknown learning-rate schedule \"", s.kind(),
-             "\" (known: constant, step, cosine)");
 }
 
 }  // namespace
@@ -78,50 +34,6 @@ std::string FlagName(absl::string_view field) {
     if (field == f) return flag;
   }
   return absl::StrCat("--", field);  // beta1, beta2, epsilon, momentum, nesterov, rho, l1, ...
-}
-
-absl::Status ValidateOptimizer(const OptimizerConfig& o, const FieldName& name,
-                               bool total_steps_filled_later) {
-  if (o.name().size() > static_cast<size_t>(kMaxNameBytes) || !IsKnownOptimizer(o.name())) {
-    return Bad(name("name"), ": unknown optimizer \"", o.name().substr(0, 64),
-               "\" (known: ", kKnownOptimizers, ")");
-  }
-  if (!(std::isfinite(o.learning_rate()) && o.learning_rate() > 0.0)) {
-    return Bad(name("learning_rate"), ": learning rate ", o.learning_rate(),
-               " must be positive and finite");
-  }
-  const std::pair<bool, std::pair<const char*, double>> unit[] = {
-      {o.has_beta1(), {"beta1", o.beta1()}},
-      {o.has_beta2(), {"beta2", o.beta2()}},
-      {o.has_rho(), {"rho", o.rho()}},
-      {true, {"momentum", o.momentum()}},
-  };
-  for (const auto& [set, field] : unit) {
-    if (set && !InUnitInterval(field.second)) {
-      return Bad(name(field.first), " must be in [0, 1), got ", field.second);
-    }
-  }
-  if (o.nesterov() && o.momentum() == 0.0) {
-    return Bad(name("nesterov"), " needs ", name("momentum"), " > 0");
-  }
-  const std::pair<bool, std::pair<const char*, double>> non_negative[] = {
-      {o.has_epsilon(), {"epsilon", o.epsilon()}},
-      {true, {"l1", o.l1()}},
-      {true, {"l2", o.l2()}},
-      {true, {"initial_accumulator_value", o.initial_accumulator_value()}},
-      {true, {"clip_norm", o.clip_norm()}},
-  };
-  for (const auto& [set, field] : non_negative) {
-    if (set && !NonNegativeFinite(field.second)) {
-      return Bad(name(field.first), " must be non-negative and finite, got ", field.second);
-    }
-  }
-  if (o.has_learning_rate_power() &&
-      !(std::isfinite(o.learning_rate_power()) && o.learning_rate_power() <= 0.0)) {
-    return Bad(name("learning_rate_power"), " must be non-positive and finite, got ",
-               o.learning_rate_power());
-  }
-  return ValidateSchedule(o, name, total_steps_filled_later);
 }
 
 absl::StatusOr<NewVariable> VariableFromSpec(const VariableSpec& spec,
@@ -162,7 +74,7 @@ absl::StatusOr<NewVariable> VariableFromSpec(const VariableSpec& spec,
                  default_optimizer.name(), ")");
     }
     auto field = [](absl::string_view f) { return absl::StrCat("optimizer.", f); };
-    if (absl::Status s = ValidateOptimizer(spec.optimizer(), field); !s.ok()) {
+    if (absl::Status s = ValidateOptimizerConfig(spec.optimizer(), field); !s.ok()) {
       return Bad(where, s.message());
     }
     v.optimizer = spec.optimizer();

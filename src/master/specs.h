@@ -9,24 +9,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/optimizer_config.h"
 #include "master.pb.h"
 #include "master/variables.h"
 
 namespace pstrain {
 
-// How a field of OptimizerConfig (its proto path, e.g. "schedule.step_size") is named in messages.
-using FieldName = std::function<std::string(absl::string_view field)>;
 // The `pstrain launch` flag that sets a field ("learning_rate" -> "--lr").
 std::string FlagName(absl::string_view field);
-
-// InvalidArgument naming the first bad field, by the rules the PS applies: a known name, a
-// positive finite learning rate, betas and rho in [0, 1), non-negative finite epsilon, l1, l2,
-// initial accumulator and clip_norm, momentum in [0, 1) (and > 0 with nesterov), a non-positive
-// learning_rate_power, and a schedule whose fields fit its kind. A cosine schedule needs
-// total_steps > warmup_steps unless `total_steps_filled_later` (the chief sets it to the job's
-// length).
-absl::Status ValidateOptimizer(const OptimizerConfig& o, const FieldName& name,
-                               bool total_steps_filled_later = false);
 
 // The variable a client program asks for, checked: a name of 1 to kMaxNameBytes bytes, a valid
 // initializer, a partitioner text of at most kMaxNameBytes, and an optimizer that is either

@@ -14,105 +14,10 @@
 namespace pstrain {
 namespace {
 
-constexpr const char* kKnownOptimizers = "sgd, momentum, adagrad, adam, rmsprop, ftrl";
-
-bool IsKnownOptimizer(const std::string& name) {
-  return name == "sgd" || name == "momentum" || name == "adagrad" || name == "adam" ||
-         name == "rmsprop" || name == "ftrl";
-}
-
-absl::Status Invalid(const OptimizerConfig& config, const auto&... message) {
-  return absl::InvalidArgumentError(absl::StrCat("optimizer '", config.name(), "': ", message...));
-}
-
-// All checks are written so that NaN fails them.
-bool InUnitInterval(double x) { return x >= 0.0 && x < 1.0; }  // [0, 1)
-bool NonNegativeFinite(double x) { return std::isfinite(x) && x >= 0.0; }
-
-absl::Status ValidateSchedule(const OptimizerConfig& config) {
-  const LearningRateSchedule& s = config.schedule();
-  const std::string& kind = s.kind();
-  if (kind.empty() || kind == "constant") return absl::OkStatus();
-  if (kind == "step") {
-    if (s.step_size() <= 0) {
-      return Invalid(config, "step schedule: step_size ", s.step_size(), " must be positive");
-    }
-    if (!(s.decay_rate() > 0.0 && s.decay_rate() <= 1.0)) {
-      return Invalid(config, "step schedule: decay_rate ", s.decay_rate(), " must be in (0, 1]");
-    }
-    return absl::OkStatus();
-  }
-  if (kind == "cosine") {
-    if (s.warmup_steps() < 0) {
-      return Invalid(config, "cosine schedule: warmup_steps ", s.warmup_steps(),
-                     " must be non-negative");
-    }
-    if (s.total_steps() <= s.warmup_steps()) {
-      return Invalid(config, "cosine schedule: total_steps ", s.total_steps(),
-                     " must exceed warmup_steps ", s.warmup_steps());
-    }
-    if (!(s.min_lr() >= 0.0 && s.min_lr() <= config.learning_rate())) {
-      return Invalid(config, "cosine schedule: min_lr ", s.min_lr(),
-                     " must be in [0, learning rate ", config.learning_rate(), "]");
-    }
-    return absl::OkStatus();
-  }
-  return Invalid(config, "unknown learning-rate schedule ", Quoted(kind),
-                 " (known: constant, step, cosine)");
-}
-
 // The value of an optional field, or `def` when it is unset.
 double Get(bool has, double value, double def) { return has ? value : def; }
 
 }  // namespace
-
-absl::Status ValidateOptimizerConfig(const OptimizerConfig& config) {
-  if (!IsKnownOptimizer(config.name())) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer ", Quoted(config.name()),
-                                                   " (known: ", kKnownOptimizers, ")"));
-  }
-  const double lr = config.learning_rate();
-  if (!(std::isfinite(lr) && lr > 0.0)) {
-    return Invalid(config, "learning rate ", lr, " must be positive and finite");
-  }
-  if (config.has_beta1() && !InUnitInterval(config.beta1())) {
-    return Invalid(config, "beta1 ", config.beta1(), " must be in [0, 1)");
-  }
-  if (config.has_beta2() && !InUnitInterval(config.beta2())) {
-    return Invalid(config, "beta2 ", config.beta2(), " must be in [0, 1)");
-  }
-  if (config.has_rho() && !InUnitInterval(config.rho())) {
-    return Invalid(config, "rho ", config.rho(), " must be in [0, 1)");
-  }
-  if (config.has_epsilon() && !NonNegativeFinite(config.epsilon())) {
-    return Invalid(config, "epsilon ", config.epsilon(), " must be non-negative and finite");
-  }
-  if (!InUnitInterval(config.momentum())) {
-    return Invalid(config, "momentum ", config.momentum(), " must be in [0, 1)");
-  }
-  if (config.nesterov() && config.momentum() == 0.0) {
-    return Invalid(config, "nesterov requires momentum > 0, got momentum ", config.momentum());
-  }
-  if (!NonNegativeFinite(config.l1())) {
-    return Invalid(config, "l1 ", config.l1(), " must be non-negative and finite");
-  }
-  if (!NonNegativeFinite(config.l2())) {
-    return Invalid(config, "l2 ", config.l2(), " must be non-negative and finite");
-  }
-  if (config.has_learning_rate_power() &&
-      !(std::isfinite(config.learning_rate_power()) && config.learning_rate_power() <= 0.0)) {
-    return Invalid(config, "learning_rate_power ", config.learning_rate_power(),
-                   " must be non-positive and finite");
-  }
-  if (!NonNegativeFinite(config.initial_accumulator_value())) {
-    return Invalid(config, "initial_accumulator_value ", config.initial_accumulator_value(),
-                   " must be non-negative and finite");
-  }
-  if (!NonNegativeFinite(config.clip_norm())) {
-    return Invalid(config, "clip_norm ", config.clip_norm(), " must be non-negative and finite");
-  }
-  return ValidateSchedule(config);
-}
 
 double ScheduledLearningRate(const OptimizerConfig& config, int64_t step) {
   const double lr = config.learning_rate();
@@ -163,7 +68,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer for a negative number of elements (", num_elements, ")"));
   }
-  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) return s;
+  if (absl::Status s = ValidateOptimizerConfig(config); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer '", config.name().substr(0, 64), "': ", s.message()));
+  }
 
   const std::string& name = config.name();
   const int64_t n = num_elements;

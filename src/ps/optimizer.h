@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/optimizer_config.h"
 #include "ps.pb.h"
 
 namespace pstrain {
@@ -74,19 +75,6 @@ constexpr double kDefaultRmsPropRho = 0.99;
 constexpr double kDefaultRmsPropEpsilon = 1e-8;
 constexpr double kDefaultFtrlInitialAccumulator = 0.1;  // used when the field is 0
 constexpr double kDefaultFtrlLearningRatePower = -0.5;
-
-// Checks every field of `config`, whichever optimizer it names (InvalidArgument naming the field
-// and its value):
-//   name one of sgd, momentum, adagrad, adam, rmsprop, ftrl; learning_rate finite and > 0;
-//   beta1, beta2, rho in [0, 1) when set (an explicit 0 is valid); epsilon finite and >= 0 when
-//   set; momentum in [0, 1); nesterov only with momentum > 0; l1, l2 finite and >= 0;
-//   learning_rate_power finite and <= 0 when set; initial_accumulator_value finite and >= 0 (for
-//   ftrl 0 means the default 0.1, so the accumulator always starts > 0); clip_norm finite and
-//   >= 0 (0: no clipping); schedule.kind "", "constant", "step" or "cosine"; step needs
-//   step_size > 0 and decay_rate in (0, 1]; cosine needs total_steps > warmup_steps >= 0 and
-//   0 <= min_lr <= learning_rate.
-// Fields an optimizer does not use are checked but otherwise ignored (e.g. momentum for sgd).
-absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 
 // ValidateOptimizerConfig, then the optimizer for a variable of `num_elements` floats with its
 // slots allocated (InvalidArgument also for a negative num_elements).

@@ -1,8 +1,5 @@
-// The gRPC ParameterServerService over a ParameterServer, on gRPC's callback API. Each handler
-// takes the raw request bytes, parses them itself (so a request that does not parse is
-// InvalidArgument with a message, not gRPC's UNIMPLEMENTED ""), runs the ParameterServer method
-// and serialises the response itself after checking its size (so no response can reach gRPC's
-// serialiser too large to encode, which aborts the process).
+// The gRPC ParameterServerService over a ParameterServer, on gRPC's callback API with raw
+// requests and responses (common/raw_call.h): each handler runs the ParameterServer method.
 
 #include <atomic>
 #include <functional>
@@ -14,10 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/limits.h"
+#include "common/raw_call.h"
 #include "common/rpc.h"
-#include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/support/proto_buffer_writer.h"
 #include "ps/ps.h"
 
 namespace pstrain {
@@ -34,35 +29,6 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                             ParameterServerService::WithRawCallbackMethod_Shutdown<
                                 ParameterServerService::Service>>>>>>>>;
 
-// Parses `raw` into `msg`; InvalidArgument naming the method otherwise.
-absl::Status Parse(const Raw& raw, absl::string_view method, google::protobuf::Message* msg) {
-  Raw copy(raw);  // shares the slices; the reader consumes its buffer
-  const size_t bytes = copy.Length();
-  grpc::ProtoBufferReader reader(&copy);
-  if (!reader.status().ok() || !msg->ParseFromZeroCopyStream(&reader)) {
-    return absl::InvalidArgumentError(absl::StrCat(method, " request of ", bytes,
-                                                   " bytes is not a valid ",
-                                                   msg->GetDescriptor()->full_name()));
-  }
-  return absl::OkStatus();
-}
-
-// Serialises `msg` into `raw`, or ResourceExhausted if it would pass kMaxMessageBytes.
-absl::Status Serialize(const google::protobuf::Message& msg, absl::string_view method, Raw* raw) {
-  const size_t bytes = msg.ByteSizeLong();
-  if (bytes > static_cast<size_t>(kMaxMessageBytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(method, " response of ", bytes,
-                                                     " bytes is over the limit of ",
-                                                     kMaxMessageBytes, " bytes per message"));
-  }
-  grpc::ProtoBufferWriter writer(raw, grpc::kProtoBufferWriterMaxBufferLength,
-                                 static_cast<int>(bytes));
-  if (!msg.SerializeToZeroCopyStream(&writer)) {
-    return absl::InternalError(absl::StrCat(method, " response could not be serialised"));
-  }
-  return absl::OkStatus();
-}
-
 class ParameterServerServiceImpl final : public Base {
  public:
   ParameterServerServiceImpl(ParameterServer* ps, ShutdownFn on_shutdown)
@@ -70,23 +36,23 @@ class ParameterServerServiceImpl final : public Base {
 
   grpc::ServerUnaryReactor* Configure(grpc::CallbackServerContext* ctx, const Raw* req,
                                       Raw* resp) override {
-    return Unary<ConfigureRequest, ConfigureResponse>(
-        ctx, *req, resp, "Configure",
-        [this](const auto& q, auto* r) { return ps_->Configure(q, r); });
+    return ServeRaw<ConfigureRequest, ConfigureResponse>(
+        ctx, req, resp, "Configure",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Configure(q, r)); });
   }
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const Raw* req,
                                             Raw* resp) override {
-    return Unary<CreateVariablesRequest, CreateVariablesResponse>(
-        ctx, *req, resp, "CreateVariables",
-        [this](const auto& q, auto* r) { return ps_->CreateVariables(q, r); });
+    return ServeRaw<CreateVariablesRequest, CreateVariablesResponse>(
+        ctx, req, resp, "CreateVariables",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->CreateVariables(q, r)); });
   }
 
   grpc::ServerUnaryReactor* DeleteVariables(grpc::CallbackServerContext* ctx, const Raw* req,
                                             Raw* resp) override {
-    return Unary<DeleteVariablesRequest, DeleteVariablesResponse>(
-        ctx, *req, resp, "DeleteVariables",
-        [this](const auto& q, auto* r) { return ps_->DeleteVariables(q, r); });
+    return ServeRaw<DeleteVariablesRequest, DeleteVariablesResponse>(
+        ctx, req, resp, "DeleteVariables",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->DeleteVariables(q, r)); });
   }
 
   // A pull may wait (sync step, ssp clock): the reactor is finished from whichever thread
@@ -94,39 +60,31 @@ class ParameterServerServiceImpl final : public Base {
   // until Finish.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    struct Call {
-      PullRequest req;
-      PullResponse resp;
-    };
-    auto call = std::make_shared<Call>();
-    if (absl::Status s = Parse(*req, "Pull", &call->req); !s.ok()) {
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-    ps_->PullAsync(call->req, &call->resp, [reactor, call, resp](absl::Status s) {
-      if (s.ok()) s = Serialize(call->resp, "Pull", resp);
-      reactor->Finish(ToGrpcStatus(s));  // may delete the call's gRPC state; `call` is ours
-    });
-    return reactor;
+    return ServeRaw<PullRequest, PullResponse>(
+        ctx, req, resp, "Pull", [this](const PullRequest& q, PullResponse* r, FinishFn done) {
+          ps_->PullAsync(q, r, std::move(done));
+        });
   }
 
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
-    return Unary<PushRequest, PushResponse>(
-        ctx, *req, resp, "Push", [this](const auto& q, auto* r) { return ps_->Push(q, r); });
+    return ServeRaw<PushRequest, PushResponse>(
+        ctx, req, resp, "Push",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Push(q, r)); });
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const Raw* req,
                                   Raw* resp) override {
-    return Unary<LeaveRequest, LeaveResponse>(
-        ctx, *req, resp, "Leave", [this](const auto& q, auto* r) { return ps_->Leave(q, r); });
+    return ServeRaw<LeaveRequest, LeaveResponse>(
+        ctx, req, resp, "Leave",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Leave(q, r)); });
   }
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const Raw* req,
                                   Raw* resp) override {
-    return Unary<StatsRequest, StatsResponse>(
-        ctx, *req, resp, "Stats", [this](const auto& q, auto* r) { return ps_->Stats(q, r); });
+    return ServeRaw<StatsRequest, StatsResponse>(
+        ctx, req, resp, "Stats",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Stats(q, r)); });
   }
 
   // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);
@@ -134,31 +92,18 @@ class ParameterServerServiceImpl final : public Base {
   // the server to shut down.
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const Raw* req,
                                      Raw* resp) override {
-    return Unary<ShutdownRequest, ShutdownResponse>(
-        ctx, *req, resp, "Shutdown", [this](const ShutdownRequest& q, ShutdownResponse*) {
+    return ServeRaw<ShutdownRequest, ShutdownResponse>(
+        ctx, req, resp, "Shutdown",
+        [this](const ShutdownRequest& q, ShutdownResponse*, FinishFn done) {
           absl::Status status = ps_->CheckShutdown(q);
           if (status.ok() && !shutdown_called_.exchange(true) && on_shutdown_) {
             on_shutdown_(q.reason(), q.job_succeeded());
           }
-          return status;
+          done(status);
         });
   }
 
  private:
-  // Parses the request, runs `fn` inline, serialises the response and finishes the call.
-  template <typename Request, typename Response, typename Fn>
-  static grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const Raw& raw_req,
-                                         Raw* raw_resp, absl::string_view method, Fn fn) {
-    Request req;
-    Response resp;
-    absl::Status status = Parse(raw_req, method, &req);
-    if (status.ok()) status = fn(req, &resp);
-    if (status.ok()) status = Serialize(resp, method, raw_resp);
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
-  }
-
   ParameterServer* const ps_;
   const ShutdownFn on_shutdown_;
   std::atomic<bool> shutdown_called_{false};

@@ -91,6 +91,7 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
       *VariablesOf(spec, model, static_cast<int>(options.ps_addresses.size()));
   PsClient ps(options.ps_addresses, vars, MakeSender("worker", options.task),
               absl::Seconds(spec.rpc_timeout_s()));
+  ps.set_canceller(options.cancel);
   const bool sync = spec.mode() == "sync";
   const bool ssp = spec.mode() == "ssp";
 
@@ -113,6 +114,7 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
     return options.report(report);
   };
   auto fail = [&](const std::string& error) {
+    if (options.stop->load()) return;  // stopped from outside: the chief knows
     report.set_error(error);
     send();
   };

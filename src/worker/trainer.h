@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/rpc.h"
 #include "data/data.h"
 #include "master.pb.h"
 #include "worker.pb.h"
@@ -23,6 +24,7 @@ struct TrainerOptions {
   // unreachable).
   std::function<bool(const ProgressRequest&)> report;
   const std::atomic<bool>* stop = nullptr;  // set from outside to stop at the next step
+  CallCanceller* cancel = nullptr;          // ends the calls to the PS in flight, if set
 };
 
 // Trains for spec.epochs over this worker's shard of `data`: pull, forward and backward, push.

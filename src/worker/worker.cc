@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/raw_call.h"
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -22,7 +23,11 @@ namespace {
 // Longest single attempt of a progress report; a report is retried within the job's task timeout.
 constexpr absl::Duration kReportAttempt = absl::Seconds(10);
 
-class WorkerImpl final : public Worker, public WorkerService::CallbackService {
+using Raw = grpc::ByteBuffer;
+using WorkerServiceBase = WorkerService::WithRawCallbackMethod_StartTraining<
+    WorkerService::WithRawCallbackMethod_Shutdown<WorkerService::Service>>;
+
+class WorkerImpl final : public Worker, public WorkerServiceBase {
  public:
   WorkerImpl(const WorkerOptions& options, ShutdownFn on_shutdown)
       : options_(options),
@@ -31,6 +36,7 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
 
   ~WorkerImpl() override {
     stop_ = true;
+    cancel_.Cancel();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -44,49 +50,59 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
   // Loading the data and training run on a thread of their own; the call is finished from there
   // once the spec and data are checked, so the chief learns about bad input at once. A repeated
   // call from the same chief (a retry) gets the first call's outcome, waiting for it if needed.
-  grpc::ServerUnaryReactor* StartTraining(grpc::CallbackServerContext* ctx,
-                                          const StartTrainingRequest* req,
-                                          StartTrainingResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::ServerUnaryReactor* StartTraining(grpc::CallbackServerContext* ctx, const Raw* req,
+                                          Raw* resp) override {
+    return ServeRaw<StartTrainingRequest, StartTrainingResponse>(
+        ctx, req, resp, "StartTraining",
+        [this](const StartTrainingRequest& q, StartTrainingResponse*, FinishFn done) {
+          Start(q, std::move(done));
+        });
+  }
+
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const Raw* req,
+                                     Raw* resp) override {
+    return ServeRaw<ShutdownRequest, ShutdownResponse>(
+        ctx, req, resp, "Shutdown",
+        [this](const ShutdownRequest& q, ShutdownResponse*, FinishFn done) {
+          absl::Status s;
+          {
+            absl::MutexLock lock(&mu_);
+            s = CheckChief(q.sender(), "Shutdown");
+          }
+          if (s.ok()) {
+            stop_ = true;
+            cancel_.Cancel();  // a pull or push in flight must not hold the worker up
+            ShutdownOnce(q.reason(), q.job_succeeded());
+          }
+          done(s);
+        });
+  }
+
+ private:
+  // A repeated call from the same chief (a retry) gets the first call's outcome, waiting for it
+  // if needed.
+  void Start(const StartTrainingRequest& req, FinishFn done) {
     absl::Status refused;
     std::optional<absl::Status> outcome;
     bool first = false;
     {
       absl::MutexLock lock(&mu_);
-      refused = CheckChief(req->sender(), "StartTraining");
+      refused = CheckChief(req.sender(), "StartTraining");
       if (refused.ok()) {
         if (start_status_) {
           outcome = *start_status_;
         } else {
-          waiting_starts_.push_back(reactor);
+          waiting_starts_.push_back(std::move(done));
         }
         first = !started_;
         started_ = true;
       }
     }
     if (!refused.ok()) outcome = refused;
-    if (outcome) reactor->Finish(ToGrpcStatus(*outcome));
-    if (first) thread_ = std::thread([this, spec = req->spec()] { Run(spec); });
-    return reactor;
+    if (outcome) done(*outcome);
+    if (first) thread_ = std::thread([this, spec = req.spec()] { Run(spec); });
   }
 
-  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* ctx, const ShutdownRequest* req,
-                                     ShutdownResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    absl::Status s;
-    {
-      absl::MutexLock lock(&mu_);
-      s = CheckChief(req->sender(), "Shutdown");
-    }
-    if (s.ok()) {
-      stop_ = true;
-      ShutdownOnce(req->reason(), req->job_succeeded());
-    }
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-
- private:
   // Only the chief this worker obeys may start or stop it.
   absl::Status CheckChief(const Sender& sender, const std::string& method)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -111,13 +127,13 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
     absl::StatusOr<Dataset> data = LoadMnist(spec.data_dir(), "train");
     absl::Status s = data.status();
     if (s.ok()) s = ValidateSpec(spec, options_.ps_addresses.size(), *data);
-    std::vector<grpc::ServerUnaryReactor*> waiting;
+    std::vector<FinishFn> waiting;
     {
       absl::MutexLock lock(&mu_);
       start_status_ = s;
       waiting.swap(waiting_starts_);
     }
-    for (grpc::ServerUnaryReactor* r : waiting) r->Finish(ToGrpcStatus(s));
+    for (FinishFn& d : waiting) d(s);
     if (!s.ok()) {
       spdlog::error("cannot start training: {}", std::string(s.message()));
       return;
@@ -126,6 +142,7 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
     topts.task = options_.task;
     topts.ps_addresses = options_.ps_addresses;
     topts.stop = &stop_;
+    topts.cancel = &cancel_;
     const absl::Duration timeout = absl::Seconds(spec.rpc_timeout_s());
     topts.report = [this, timeout](const ProgressRequest& r) { return Report(r, timeout); };
     Train(spec, *data, topts);
@@ -162,6 +179,7 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
   const std::unique_ptr<MasterService::Stub> master_;
 
   std::atomic<bool> stop_{false};
+  CallCanceller cancel_;  // ends the trainer's calls in flight when the job ends
   std::once_flag shutdown_once_;
 
   absl::Mutex mu_;
@@ -169,7 +187,7 @@ class WorkerImpl final : public Worker, public WorkerService::CallbackService {
   // The outcome of checking the first StartTraining's spec and data, once known.
   std::optional<absl::Status> start_status_ ABSL_GUARDED_BY(mu_);
   // StartTraining calls waiting for that outcome.
-  std::vector<grpc::ServerUnaryReactor*> waiting_starts_ ABSL_GUARDED_BY(mu_);
+  std::vector<FinishFn> waiting_starts_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Started by the first StartTraining (started_ makes it the only one); joined on destruction,
   // after the server stopped calling.
