@@ -14,7 +14,8 @@ DEMO_PACKAGES=(build-essential cmake pkg-config
                libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
                npm)
 TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
-               python3-torch python3-numpy python3-pytest python3-grpcio python3-grpc-tools)
+               python3-torch python3-numpy python3-pytest python3-grpcio python3-protobuf
+               python3-grpc-tools)
 case "$WHAT" in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
   test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

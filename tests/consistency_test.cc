@@ -10,39 +10,23 @@
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "ps/ps.h"
+#include "ps_testing.h"
 
 namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
 
-Sender Worker(int task, uint64_t incarnation = 1) {
-  Sender s;
-  s.set_job("worker");
-  s.set_task(task);
-  s.set_incarnation(incarnation);
-  return s;
-}
-
-OptimizerConfig Sgd(double lr) {
-  OptimizerConfig o;
-  o.set_name("sgd");
-  o.set_learning_rate(lr);
-  return o;
-}
+using ps_testing::Config;
+using ps_testing::Sgd;
+using ps_testing::Worker;
 
 std::unique_ptr<ParameterServer> MakePs(const std::string& mode, int workers, int replicas,
                                         int staleness, double wait_s = 10,
                                         std::vector<Sender> known = {}) {
   std::unique_ptr<ParameterServer> ps = *ParameterServer::Create({});
-  ConfigureRequest req;
+  ConfigureRequest req = Config(mode, workers, replicas, staleness, wait_s, known);
   *req.mutable_sender() = MakeSender("chief", 0);
-  req.mutable_consistency()->set_mode(mode);
-  req.mutable_consistency()->set_num_workers(workers);
-  req.mutable_consistency()->set_replicas_to_aggregate(replicas);
-  req.mutable_consistency()->set_staleness(staleness);
-  req.set_wait_timeout_s(wait_s);
-  for (const Sender& s : known) *req.add_workers() = s;
   ConfigureResponse resp;
   EXPECT_TRUE(ps->Configure(req, &resp).ok());
   return ps;

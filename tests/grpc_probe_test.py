@@ -333,21 +333,33 @@ def test_worker_checks_senders(cluster):
 ORDER = {"Shutdown": 9, "ReportProgress": 8, "Register": 7, "Configure": 6, "Leave": 5}
 
 
-def defuse_if_legitimate(c, req, method, rng):
+def defuse_if_legitimate(c, req, req_cls, method, rng):
     """Keeps a random request from being one the real worker 0 may send and the server must obey:
     its pushes always carry one invalid gradient (so none may be applied), its progress reports
-    neither fail nor end the job, and its barriers wait only briefly."""
-    if isinstance(req, bytes) or not req.HasField("sender") or req.sender != c.me:
-        return 10.0
+    neither fail nor end the job, and its barriers wait only briefly. Random bytes that happen to
+    parse as such a request (a corrupted copy of a real one) are defused the same way.
+    Returns the request to send and its timeout."""
+    if isinstance(req, bytes):
+        parsed = req_cls()
+        try:
+            parsed.ParseFromString(req)
+        except Exception:  # does not parse: the server must say so
+            return req, 10.0
+        if not parsed.HasField("sender") or parsed.sender != c.me:
+            return req, 10.0
+        parsed, timeout = defuse_if_legitimate(c, parsed, req_cls, method, rng)
+        return parsed.SerializeToString(), timeout
+    if not req.HasField("sender") or req.sender != c.me:
+        return req, 10.0
     if method == "Push":
         req.gradients.add(name="probe/absent", gradient=tensor([1], floats(0)))
     elif method == "ReportProgress":
         req.error, req.done = "", False
     elif method == "Barrier":
-        return 0.5
+        return req, 0.5
     elif method == "Leave":
         req.pause = rng.random() < 0.5
-    return 10.0
+    return req, 10.0
 
 
 @pytest.mark.parametrize("service", wire.SERVICES)
@@ -368,7 +380,7 @@ def test_random_payloads(cluster, service):
                                      [c.data_dir, "", "/nonexistent", "/dev/null", "/"])
             for i in range(PAYLOADS_PER_METHOD):
                 req = gen.request(req_cls)
-                timeout = defuse_if_legitimate(c, req, method, rng)
+                req, timeout = defuse_if_legitimate(c, req, req_cls, method, rng)
                 out = peer.call(method, req, timeout=timeout)
                 what = "%s %s payload %d" % (service.split(".")[1], method, i)
                 c.check_alive(what)

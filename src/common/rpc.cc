@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
 #include "spdlog/spdlog.h"
 
@@ -25,9 +26,23 @@ void LogFromGrpc(gpr_log_func_args* args) {
   }
 }
 
+// Likewise protobuf's: a request with invalid UTF-8 in a string is refused with a status, and
+// the library's note about it is for debugging.
+void LogFromProtobuf(google::protobuf::LogLevel level, const char* file, int line,
+                     const std::string& message) {
+  if (level >= google::protobuf::LOGLEVEL_FATAL) {
+    spdlog::critical("protobuf {}:{}: {}", file, line, message);
+  } else {
+    spdlog::debug("protobuf {}:{}: {}", file, line, message);
+  }
+}
+
 void RouteGrpcLogging() {
   static std::once_flag once;
-  std::call_once(once, [] { gpr_set_log_function(LogFromGrpc); });
+  std::call_once(once, [] {
+    gpr_set_log_function(LogFromGrpc);
+    google::protobuf::SetLogHandler(LogFromProtobuf);
+  });
 }
 
 }  // namespace

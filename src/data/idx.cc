@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "data/data.h"
+#include "data/files.h"
 
 namespace pstrain {
 namespace {
@@ -35,14 +36,7 @@ class ByteSource {
 
   absl::Status Open(const std::string& path) {
     path_ = path;
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (!std::filesystem::exists(status)) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    }
-    if (std::filesystem::is_directory(status)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not an IDX file"));
-    }
+    if (absl::Status s = CheckIsFile(path, "an IDX file"); !s.ok()) return s;
     file_ = std::fopen(path.c_str(), "rb");
     if (file_ == nullptr) return OpenError();
     unsigned char magic[2] = {0, 0};

@@ -4,7 +4,6 @@
 #include <zlib.h>
 
 #include <cmath>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "data/data.h"
+#include "data/files.h"
 
 namespace pstrain {
 namespace {
@@ -27,14 +27,7 @@ class LineReader {
   }
   absl::Status Open(const std::string& path) {
     path_ = path;
-    std::error_code ec;
-    const auto status = std::filesystem::status(path, ec);
-    if (!std::filesystem::exists(status)) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    }
-    if (std::filesystem::is_directory(status)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a data file"));
-    }
+    if (absl::Status s = CheckIsFile(path, "a data file"); !s.ok()) return s;
     gz_ = gzopen(path.c_str(), "rb");
     if (gz_ == nullptr) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open"));
     gzbuffer(gz_, 1 << 18);

@@ -18,7 +18,7 @@ std::string ProgressLine(const ProgressView& v) {
   if (v.epochs > 0) absl::StrAppend(&line, "epoch ", v.epoch, "/", v.epochs, " ");
   absl::StrAppend(&line, "step ", v.step);
   if (v.total > 0) absl::StrAppend(&line, "/", v.total);
-  absl::StrAppendFormat(&line, " loss %.4f examples/s %.0f elapsed %s", v.loss, v.examples_per_sec,
+  absl::StrAppendFormat(&line, " loss %.4g examples/s %.0f elapsed %s", v.loss, v.examples_per_sec,
                         WholeSeconds(v.elapsed));
   if (v.total > 0 && v.step > 0) {
     const int64_t left = v.total > v.step ? v.total - v.step : 0;

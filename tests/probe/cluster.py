@@ -297,6 +297,11 @@ class Cluster:
                 problems.append("end of job: the chief printed no result line")
             else:
                 self.result = json.loads(lines[-1])
+        if any(p.startswith("end of job") for p in problems):
+            with open(self.tasks["chief"].err_path, errors="replace") as f:
+                said = [l for l in f if not l.startswith(("progress ", "[libprotobuf"))]
+            problems.append("the chief said: %s%s" % ("".join(said[-6:]),
+                                                      self.tasks["chief"].stdout()))
         self.kill_all()
         left = tagged_processes(self.tag)
         if left:
