@@ -135,19 +135,19 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
   };
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout_;
-  std::vector<size_t> todo(targets.size());
-  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  std::vector<size_t> remaining(targets.size());
+  for (size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
   absl::Duration backoff = absl::Milliseconds(50);
   for (int attempt = 1;; ++attempt) {
     auto state = std::make_shared<State>();
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(todo.size());
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(remaining.size());
     {
       absl::MutexLock lock(&state->mu);
-      state->pending = todo.size();
-      state->results.assign(todo.size(), absl::OkStatus());
+      state->pending = remaining.size();
+      state->results.assign(remaining.size(), absl::OkStatus());
     }
-    for (size_t j = 0; j < todo.size(); ++j) {
-      const size_t i = todo[j];
+    for (size_t j = 0; j < remaining.size(); ++j) {
+      const size_t i = remaining[j];
       const int t = targets[i];
       contexts[j] = std::make_unique<grpc::ClientContext>();
       contexts[j]->set_deadline(absl::ToChronoTime(deadline));
@@ -174,11 +174,11 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
     }
     std::vector<size_t> again;
     absl::Status first;
-    for (size_t j = 0; j < todo.size(); ++j) {
+    for (size_t j = 0; j < remaining.size(); ++j) {
       if (results[j].ok()) continue;
       if (!retry || !absl::IsUnavailable(results[j])) return results[j];
       if (first.ok()) first = results[j];
-      again.push_back(todo[j]);
+      again.push_back(remaining[j]);
     }
     if (again.empty()) return absl::OkStatus();
     if (canceller_ != nullptr && canceller_->cancelled()) {
@@ -191,7 +191,7 @@ absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
-    todo = std::move(again);
+    remaining = std::move(again);
   }
 }
 

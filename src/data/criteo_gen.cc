@@ -169,7 +169,7 @@ absl::StatusOr<CriteoGenResult> GenerateCriteo(const std::string& path, const Cr
     const bool click = u(rng) < p;
     probabilities.push_back(static_cast<float>(p));
     labels.push_back(click ? 1.0f : 0.0f);
-    line.assign(click ? "1" : "0");
+    line.assign(1, click ? '1' : '0');
     for (int i = 0; i < kCriteoDense; ++i) {
       line += '\t';
       if (!row.int_missing[i]) absl::StrAppend(&line, row.ints[i]);

@@ -155,12 +155,15 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     const absl::Time end = absl::Now() + timeout;
     absl::Status s =
         RetryUntil(timeout, "the chief at " + options_.chief_address, [&]() -> absl::Status {
+          // Told to stop (the chief ended the job): no one is waiting for this report.
+          if (stop_) return absl::CancelledError("the worker is stopping");
           const absl::Duration attempt = std::min(kReportAttempt, end - absl::Now());
           return FromGrpcStatus(
               master_->ReportProgress(ContextWithTimeout(attempt, /*wait_for_ready=*/true).get(), r,
                                       &resp),
               "ReportProgress", "chief " + options_.chief_address);
         });
+    if (stop_) return false;
     if (!s.ok()) {
       // Without the chief the job cannot finish: stop rather than train for nobody.
       ShutdownOnce(absl::StrCat("lost the chief: ", s.message()), false);
