@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/gen_criteo.h"
 #include "cli/training_flags.h"
 #include "runtime/runtime.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -140,13 +141,15 @@ int main(int argc, char** argv) {
   const std::vector<std::string> launch_only = FlagNames(lch);
   launch_training.AddTo(lch);
 
+  pstrain::GenCriteoCommand gen_criteo(&app);
+
   const std::vector<std::string> args(argv + 1, argv + argc);
-  const std::vector<std::string> commands = {"server", "launch"};
+  const std::vector<std::string> commands = {"server", "launch", "gen-criteo"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     Print("pstrain", "error",
           absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
-                       " (commands: server, launch)"));
+                       " (commands: server, launch, gen-criteo)"));
     return 2;
   }
   try {
@@ -158,13 +161,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const CLI::App* sub = *lch ? lch : *srv ? srv : &app;
+    const CLI::App* sub = *lch ? lch : *srv ? srv : gen_criteo.chosen() ? gen_criteo.app() : &app;
     const std::string command = sub == &app ? "pstrain" : "pstrain " + sub->get_name();
     std::string unknown = UnknownFlag(
         sub, std::vector<std::string>(args.begin() + (sub == &app ? 0 : 1), args.end()));
     Print(command, "error", unknown.empty() ? std::string(e.what()) : unknown);
     return 2;
   }
+
+  if (gen_criteo.chosen()) return gen_criteo.Run();
 
   if (*lch) {
     const std::string command = "pstrain launch";
