@@ -67,6 +67,28 @@ TEST_F(SyncPauseTest, APausedWorkersNextPushRejoinsIt) {
   EXPECT_EQ(Read(ps_.get(), "w"), (State{3, -6.0f}));
 }
 
+TEST_F(SyncPauseTest, ThePullAfterABarrierMakesEveryPausedWorkerCountAgain) {
+  StepTogether(ps_.get(), 1, 0);  // w = -2 at step 1
+  // Both wait at a barrier in the middle of training, then pass it. worker:0 pulls and pushes
+  // before worker:1 has pulled: its gradient alone must not make the step.
+  ASSERT_TRUE(Leave(ps_.get(), Worker(0), /*pause=*/true).ok());
+  ASSERT_TRUE(Leave(ps_.get(), Worker(1), /*pause=*/true).ok());
+  AsyncPull after(ps_.get(), Worker(0), "w", 0, 0);
+  ASSERT_TRUE(Eventually([&] { return after.done(); }));
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  ASSERT_TRUE(Push(ps_.get(), Worker(0), "w", 1.0f, 1).ok());
+  EXPECT_EQ(Read(ps_.get(), "w").version, 1u) << "one gradient of two completed the step";
+  ASSERT_TRUE(Push(ps_.get(), Worker(1), "w", 3.0f, 1).ok());
+  EXPECT_EQ(Read(ps_.get(), "w"), (State{2, -4.0f}));  // the mean of both
+}
+
+TEST_F(SyncPauseTest, ANegativeClockIsRefused) {
+  AsyncPull bad(ps_.get(), Worker(0), "w", 0, -1);
+  ASSERT_TRUE(Eventually([&] { return bad.done(); }));
+  EXPECT_EQ(bad.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status.message()), HasSubstr("clock -1"));
+}
+
 TEST_F(SyncPauseTest, AGradientSentBeforeLeavingStillCountsForItsStep) {
   // worker:0 pushes its last gradient and leaves before worker:1 pushes for the same step: the
   // step waits for worker:1 and averages both, as if worker:0 had stayed.

@@ -11,7 +11,7 @@ namespace {
 
 // A barrier arrival is withdrawn this long before its caller's deadline, so that the answer
 // naming the missing workers reaches the caller before its own deadline fires.
-constexpr absl::Duration kBarrierAnswerMargin = absl::Milliseconds(500);
+constexpr absl::Duration kBarrierAnswerMargin = absl::Seconds(1);
 
 absl::Time BarrierDeadline(const grpc::CallbackServerContext& ctx) {
   const std::chrono::system_clock::time_point d = ctx.deadline();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
@@ -191,56 +192,62 @@ absl::StatusOr<std::vector<Placement>> VariablePlacer::CreateLocked(
     ps = PlaceItems(bytes, num_ps, placement_, load_);
   }
 
-  std::vector<Tensor> values(vars.size());
-  for (size_t i = 0; i < vars.size(); ++i) {
-    absl::StatusOr<Tensor> v = vars[i].initial_value();
-    if (!v.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("variable '", vars[i].name, "': ", v.status().message()));
-    }
-    if (v->shape != vars[i].shape) {
-      return absl::InternalError(absl::StrCat("variable '", vars[i].name, "': initial value of ",
-                                              ShapeString(v->shape), ", not ",
-                                              ShapeString(vars[i].shape)));
-    }
-    values[i] = *std::move(v);
-  }
-
   // Requests per PS, each within the limits of one message.
   std::vector<std::vector<CreateVariablesRequest>> reqs(num_ps);
   std::vector<int64_t> req_bytes(num_ps, 0);
   std::vector<Placement> placements(vars.size());
   std::vector<std::string> table_names;
   std::vector<std::vector<int64_t>> shapes;
-  for (size_t k = 0; k < items.size(); ++k) {
-    const NewVariable& v = vars[items[k].var];
-    const RowRange r = items[k].rows;
-    Placement& p = placements[items[k].var];
-    p.set_variable(v.name);
-    Shard* shard = p.add_shards();
-    shard->set_name(ShardName(v.name, p.shards_size() - 1, num_shards[items[k].var]));
-    shard->set_ps_task(ps[k]);
-    shard->set_row_begin(r.begin);
-    shard->set_row_end(r.end);
-    std::vector<int64_t> shape = v.shape;
-    if (!shape.empty()) shape[0] = r.rows();
-    std::vector<CreateVariablesRequest>& batches = reqs[ps[k]];
-    if (batches.empty() || batches.back().variables_size() >= kMaxVariablesPerRequest ||
-        req_bytes[ps[k]] + bytes[k] > kMaxPayloadBytes) {
-      batches.emplace_back();
-      *batches.back().mutable_sender() = MakeSender("chief", 0);
-      req_bytes[ps[k]] = 0;
+  // Drawing and encoding hold each value twice; a job may ask for more than this machine has.
+  try {
+    std::vector<Tensor> values(vars.size());
+    for (size_t i = 0; i < vars.size(); ++i) {
+      absl::StatusOr<Tensor> v = vars[i].initial_value();
+      if (!v.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable '", vars[i].name, "': ", v.status().message()));
+      }
+      if (v->shape != vars[i].shape) {
+        return absl::InternalError(absl::StrCat("variable '", vars[i].name, "': initial value of ",
+                                                ShapeString(v->shape), ", not ",
+                                                ShapeString(vars[i].shape)));
+      }
+      values[i] = *std::move(v);
     }
-    req_bytes[ps[k]] += bytes[k];
-    VariableDef* def = batches.back().add_variables();
-    def->set_name(shard->name());
-    EncodeTensor(shape, values[items[k].var].data() + r.begin * items[k].row_floats,
-                 def->mutable_initial_value());
-    *def->mutable_optimizer() = v.optimizer;
-    table_names.push_back(shard->name());
-    shapes.push_back(shape);
+
+    for (size_t k = 0; k < items.size(); ++k) {
+      const NewVariable& v = vars[items[k].var];
+      const RowRange r = items[k].rows;
+      Placement& p = placements[items[k].var];
+      p.set_variable(v.name);
+      Shard* shard = p.add_shards();
+      shard->set_name(ShardName(v.name, p.shards_size() - 1, num_shards[items[k].var]));
+      shard->set_ps_task(ps[k]);
+      shard->set_row_begin(r.begin);
+      shard->set_row_end(r.end);
+      std::vector<int64_t> shape = v.shape;
+      if (!shape.empty()) shape[0] = r.rows();
+      std::vector<CreateVariablesRequest>& batches = reqs[ps[k]];
+      if (batches.empty() || batches.back().variables_size() >= kMaxVariablesPerRequest ||
+          req_bytes[ps[k]] + bytes[k] > kMaxPayloadBytes) {
+        batches.emplace_back();
+        *batches.back().mutable_sender() = MakeSender("chief", 0);
+        req_bytes[ps[k]] = 0;
+      }
+      req_bytes[ps[k]] += bytes[k];
+      VariableDef* def = batches.back().add_variables();
+      def->set_name(shard->name());
+      EncodeTensor(shape, values[items[k].var].data() + r.begin * items[k].row_floats,
+                   def->mutable_initial_value());
+      *def->mutable_optimizer() = v.optimizer;
+      table_names.push_back(shard->name());
+      shapes.push_back(shape);
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the chief ran out of memory drawing and encoding the initial values of ",
+                     vars.size(), " variable(s), starting with '", vars.front().name, "'"));
   }
-  values.clear();
   if (absl::Status s = Send(reqs); !s.ok()) return s;
 
   for (size_t k = 0; k < items.size(); ++k) load_[ps[k]] += bytes[k];

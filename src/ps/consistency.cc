@@ -202,6 +202,14 @@ void Consistency::PullOrWait(const Sender& sender, int64_t clock, Wait w) {
   {
     absl::MutexLock lock(&mu_);
     const int slot = SlotLocked(sender);
+    if (slot >= 0 && states_[slot] == WorkerState::kPaused) {
+      // A paused worker that pulls again is past its barrier, and a barrier releases every
+      // worker at once: all of them count again, so the first step after it needs them all.
+      for (WorkerState& st : states_) {
+        if (st == WorkerState::kPaused) st = WorkerState::kActive;
+      }
+      PublishLocked();
+    }
     bool clock_moved = false;
     if (mode_ == Mode::kSsp && slot >= 0 && states_[slot] != WorkerState::kLeft &&
         clock > clocks_[slot]) {

@@ -38,6 +38,10 @@ absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
                                                std::vector<VariablePtr>* vars) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   if (absl::Status s = CheckChiefOrWorker(req.sender(), "pull"); !s.ok()) return s;
+  if (req.clock() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull with clock ", req.clock(), ": a clock counts pushes, from 0"));
+  }
   if (absl::Status s = CheckNames(
           req.names(), [](const std::string& n) -> const std::string& { return n; }, "pull",
           absl::StatusCode::kInvalidArgument);
@@ -231,6 +235,14 @@ uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const f
   if (g.read_version() < var->version) {  // computed for a step that is already applied
     *dropped = true;
     return var->version;
+  }
+  // Push checked this under the reader lock; a twin of this push sent at the same time may have
+  // been accumulated since. One worker's gradient counts once per step: the twin is dropped.
+  for (const auto& c : var->contributors) {
+    if (c == std::make_pair(task, incarnation)) {
+      *dropped = true;
+      return var->version;
+    }
   }
   if (var->accum.empty()) var->accum.assign(n, 0.0f);
   float* acc = var->accum.data();
