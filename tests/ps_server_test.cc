@@ -361,7 +361,10 @@ class ParameterServerGrpcTest : public testing::Test {
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port_, 0);
     address_ = "127.0.0.1:" + std::to_string(port_);
-    stub_ = ParameterServerService::NewStub(MakeChannel(address_));
+    // Connected before the tests' calls, which do not wait for a channel that is connecting.
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(address_);
+    ASSERT_TRUE(channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(30))));
+    stub_ = ParameterServerService::NewStub(channel);
     CreateVariablesResponse resp;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->CreateVariables(&ctx, ConcurrencyVariables(), &resp).ok());
@@ -391,7 +394,10 @@ TEST_F(ParameterServerGrpcTest, ConcurrentPushesFromManyChannelsAreNeverLost) {
       const PushRequest req = ConcurrencyPush(t);
       for (int i = 0; i < kPushesPerThread; ++i) {
         PushResponse resp;
-        std::unique_ptr<grpc::ClientContext> ctx = ContextWithTimeout(absl::Seconds(30));
+        // A fresh channel's first connection attempt may fail on a loaded machine; the push
+        // waits for the channel rather than failing at once, as pstrain's own clients do.
+        std::unique_ptr<grpc::ClientContext> ctx =
+            ContextWithTimeout(absl::Seconds(30), /*wait_for_ready=*/true);
         grpc::Status s = stub->Push(ctx.get(), req, &resp);
         ASSERT_TRUE(s.ok()) << s.error_message();
         ASSERT_EQ(resp.versions_size(), 2);

@@ -60,7 +60,8 @@ class WorkerServiceTest : public ::testing::Test {
     *req.mutable_sender() = sender;
     req.mutable_spec()->set_data_dir("/nonexistent/pstrain-data");
     StartTrainingResponse resp;
-    return stub_->StartTraining(ContextWithTimeout(absl::Seconds(30)).get(), req, &resp);
+    return stub_->StartTraining(
+        ContextWithTimeout(absl::Seconds(30), /*wait_for_ready=*/true).get(), req, &resp);
   }
   grpc::Status Shutdown(const Sender& sender, bool succeeded) {
     ShutdownRequest req;
@@ -68,7 +69,8 @@ class WorkerServiceTest : public ::testing::Test {
     req.set_reason("job finished");
     req.set_job_succeeded(succeeded);
     ShutdownResponse resp;
-    return stub_->Shutdown(ContextWithTimeout(absl::Seconds(30)).get(), req, &resp);
+    return stub_->Shutdown(ContextWithTimeout(absl::Seconds(30), /*wait_for_ready=*/true).get(),
+                           req, &resp);
   }
 
   std::unique_ptr<Worker> worker_;
