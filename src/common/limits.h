@@ -29,6 +29,12 @@ constexpr int kMaxTasks = 4096;
 constexpr int kMaxOpenBarriers = 1024;
 // Pulls waiting at one PS for a step (sync) or a clock (ssp); more are refused, not queued.
 constexpr int kMaxWaitingPulls = 16384;
+// Floats per embedding row.
+constexpr int kMaxTableDim = 65536;
+// Keys of one table in one Lookup or PushSparse request (the client splits larger batches).
+constexpr int64_t kMaxKeysPerRequest = int64_t{4} << 20;
+// Embedding tables held by one PS task.
+constexpr int kMaxTables = 4096;
 // Free-text fields (error messages, shutdown reasons) in requests.
 constexpr int kMaxTextBytes = 64 * 1024;
 
