@@ -54,15 +54,11 @@ absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string&
 
 PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
                    Sender sender, absl::Duration timeout, RequestLimits limits)
-    : addresses_(ps_addresses),
-      variables_(std::move(variables)),
+    : variables_(std::move(variables)),
       sender_(std::move(sender)),
-      timeout_(timeout),
+      peers_(ps_addresses, timeout),
       assembled_(variables_.size()),
       versions_(variables_.size()) {
-  for (const std::string& a : addresses_) {
-    stubs_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
-  }
   PlanBatches(limits);
   if (!unsendable_.ok()) return;
   for (size_t i = 0; i < variables_.size(); ++i) {
@@ -92,7 +88,7 @@ void PsClient::PlanBatches(const RequestLimits& limits) {
     int64_t tensor_bytes = 0, overhead_bytes = 0;
     int batch = -1;
   };
-  std::vector<Open> open(addresses_.size());
+  std::vector<Open> open(peers_.size());
   for (size_t i = 0; i < variables_.size(); ++i) {
     const VariableRef& v = variables_[i];
     for (size_t k = 0; k < v.shards.size(); ++k) {
@@ -123,89 +119,6 @@ void PsClient::PlanBatches(const RequestLimits& limits) {
   }
 }
 
-template <typename Req, typename Resp, typename Call>
-absl::Status PsClient::FanOut(const char* what, const std::vector<int>& targets,
-                              std::vector<Req>& reqs, std::vector<Resp>& resps, bool retry,
-                              Call call) {
-  // Shared with the callbacks: one may still be unlocking it when this function returns.
-  struct State {
-    absl::Mutex mu;
-    size_t pending ABSL_GUARDED_BY(mu) = 0;
-    std::vector<absl::Status> results ABSL_GUARDED_BY(mu);
-  };
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + timeout_;
-  std::vector<size_t> remaining(targets.size());
-  for (size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (int attempt = 1;; ++attempt) {
-    auto state = std::make_shared<State>();
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(remaining.size());
-    {
-      absl::MutexLock lock(&state->mu);
-      state->pending = remaining.size();
-      state->results.assign(remaining.size(), absl::OkStatus());
-    }
-    for (size_t j = 0; j < remaining.size(); ++j) {
-      const size_t i = remaining[j];
-      const int t = targets[i];
-      contexts[j] = std::make_unique<grpc::ClientContext>();
-      contexts[j]->set_deadline(absl::ToChronoTime(deadline));
-      // A PS still connecting (or reconnecting) is waited for, not failed at once.
-      contexts[j]->set_wait_for_ready(true);
-      if (canceller_ != nullptr) canceller_->Add(contexts[j].get());
-      std::string peer = absl::StrCat(TaskName("ps", t), " ", addresses_[t]);
-      call(stubs_[t]->async(), contexts[j].get(), &reqs[i], &resps[i],
-           [state, j, what, peer = std::move(peer)](grpc::Status s) {
-             absl::MutexLock lock(&state->mu);
-             state->results[j] = FromGrpcStatus(s, what, peer);
-             --state->pending;
-           });
-    }
-    std::vector<absl::Status> results;
-    {
-      absl::MutexLock lock(&state->mu);
-      state->mu.Await(absl::Condition(
-          +[](State* st) ABSL_NO_THREAD_SAFETY_ANALYSIS { return st->pending == 0; }, state.get()));
-      results = std::move(state->results);
-    }
-    if (canceller_ != nullptr) {
-      for (const auto& ctx : contexts) canceller_->Remove(ctx.get());
-    }
-    std::vector<size_t> again;
-    absl::Status first;
-    for (size_t j = 0; j < remaining.size(); ++j) {
-      if (results[j].ok()) continue;
-      if (!retry || !absl::IsUnavailable(results[j])) return results[j];
-      if (first.ok()) first = results[j];
-      again.push_back(remaining[j]);
-    }
-    if (again.empty()) return absl::OkStatus();
-    if (canceller_ != nullptr && canceller_->cancelled()) {
-      return absl::CancelledError(absl::StrCat(what, " cancelled: this process is stopping"));
-    }
-    if (absl::Now() + backoff >= deadline) {
-      return absl::UnavailableError(absl::StrCat(
-          first.message(), " (", attempt, " attempts in ",
-          absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))), ")"));
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
-    remaining = std::move(again);
-  }
-}
-
-template <typename Req, typename Resp, typename Call>
-absl::Status PsClient::ToEveryPs(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
-                                 Call call) {
-  std::vector<int> targets(stubs_.size());
-  for (size_t t = 0; t < targets.size(); ++t) targets[t] = static_cast<int>(t);
-  reqs.resize(targets.size());
-  resps.resize(targets.size());
-  for (Req& r : reqs) *r.mutable_sender() = sender_;
-  return FanOut(what, targets, reqs, resps, /*retry=*/true, call);
-}
-
 absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_version, int64_t clock,
                             bool same_step) {
   if (!unsendable_.ok()) return unsendable_;
@@ -222,10 +135,10 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
     r.set_min_version(min_version);
     r.set_clock(clock);
   }
-  absl::Status s = FanOut("Pull", batch_ps_, pull_reqs_, pull_resps_, /*retry=*/true,
-                          [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                            async->Pull(ctx, req, resp, std::move(done));
-                          });
+  absl::Status s = peers_.FanOut("Pull", batch_ps_, pull_reqs_, pull_resps_, /*retry=*/true,
+                                 [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+                                   async->Pull(ctx, req, resp, std::move(done));
+                                 });
   if (!s.ok()) return s;
   values->assign(variables_.size(), nullptr);
   for (size_t b = 0; b < batches_.size(); ++b) {
@@ -283,10 +196,10 @@ absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped
                    g->mutable_gradient());
     }
   }
-  absl::Status s = FanOut("Push", batch_ps_, push_reqs_, push_resps_, /*retry=*/false,
-                          [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                            async->Push(ctx, req, resp, std::move(done));
-                          });
+  absl::Status s = peers_.FanOut("Push", batch_ps_, push_reqs_, push_resps_, /*retry=*/false,
+                                 [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+                                   async->Push(ctx, req, resp, std::move(done));
+                                 });
   if (s.ok() && stale_dropped != nullptr) {
     *stale_dropped = 0;
     for (const PushResponse& r : push_resps_) *stale_dropped += r.stale_dropped();
@@ -313,21 +226,21 @@ uint64_t PsClient::max_version_read() const {
 absl::Status PsClient::Leave(bool pause) {
   std::vector<LeaveRequest> reqs;
   std::vector<LeaveResponse> resps;
-  reqs.resize(stubs_.size());
+  reqs.resize(peers_.size());
   for (LeaveRequest& r : reqs) r.set_pause(pause);
-  return ToEveryPs(pause ? "Leave (pause)" : "Leave", reqs, resps,
-                   [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                     async->Leave(ctx, req, resp, std::move(done));
-                   });
+  return peers_.ToEveryPs(pause ? "Leave (pause)" : "Leave", sender_, reqs, resps,
+                          [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+                            async->Leave(ctx, req, resp, std::move(done));
+                          });
 }
 
 absl::StatusOr<std::vector<StatsResponse>> PsClient::Stats() {
   std::vector<StatsRequest> reqs;
   std::vector<StatsResponse> resps;
-  absl::Status s =
-      ToEveryPs("Stats", reqs, resps, [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-        async->Stats(ctx, req, resp, std::move(done));
-      });
+  absl::Status s = peers_.ToEveryPs("Stats", sender_, reqs, resps,
+                                    [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+                                      async->Stats(ctx, req, resp, std::move(done));
+                                    });
   if (!s.ok()) return s;
   return resps;
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/fan_out.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
@@ -78,7 +79,7 @@ class PsClient {
   const std::vector<VariableRef>& variables() const { return variables_; }
   // Calls in flight or started later end with Cancelled once `canceller` is cancelled (not
   // owned; it must outlive this client). Set it before the first call.
-  void set_canceller(CallCanceller* canceller) { canceller_ = canceller; }
+  void set_canceller(CallCanceller* canceller) { peers_.set_canceller(canceller); }
 
  private:
   struct Slot {  // where tensor k of a request belongs
@@ -91,22 +92,10 @@ class PsClient {
   };
   void PlanBatches(const RequestLimits& limits);
   absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
-  // Sends reqs[i] to PS targets[i], all at once, and waits for every answer. With `retry`, the
-  // requests that failed with UNAVAILABLE are sent again with backoff until the deadline.
-  template <typename Req, typename Resp, typename Call>
-  absl::Status FanOut(const char* what, const std::vector<int>& targets, std::vector<Req>& reqs,
-                      std::vector<Resp>& resps, bool retry, Call call);
-  template <typename Req, typename Resp, typename Call>
-  absl::Status ToEveryPs(const char* what, std::vector<Req>& reqs, std::vector<Resp>& resps,
-                         Call call);
-
-  const std::vector<std::string> addresses_;
   const std::vector<VariableRef> variables_;
-  CallCanceller* canceller_ = nullptr;
   const Sender sender_;
-  const absl::Duration timeout_;
-  absl::Status unsendable_;  // a shard too large for one request
-  std::vector<std::unique_ptr<ParameterServerService::Stub>> stubs_;
+  PsPeers peers_;
+  absl::Status unsendable_;                      // a shard too large for one request
   std::vector<Batch> batches_;                   // every request of a Pull (and of a Push)
   std::vector<int> batch_ps_;                    // batches_[i].ps
   std::vector<std::vector<float>> assembled_;    // per variable with several shards

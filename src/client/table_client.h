@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/rpc.h"
 #include "ps.grpc.pb.h"
 
@@ -23,12 +24,19 @@ struct TableRef {
   int dim = 0;
 };
 
+// How much one Lookup or PushSparse request may carry; a table's keys on one PS are split over
+// as many requests as these need. The defaults are the servers' limits (common/limits.h).
+struct TableRequestLimits {
+  int64_t max_keys = kMaxKeysPerRequest;         // keys of one table in one request
+  int64_t max_payload_bytes = kMaxPayloadBytes;  // keys and rows of one request (or its answer)
+};
+
 // Not thread-safe: one per training thread.
 class TableClient {
  public:
   // `tables` fixes the order used by Lookup and Push.
   TableClient(const std::vector<std::string>& ps_addresses, std::vector<TableRef> tables,
-              Sender sender, absl::Duration timeout);
+              Sender sender, absl::Duration timeout, TableRequestLimits limits = {});
   ~TableClient();
 
   // keys[t] holds distinct keys of table t (any order; InvalidArgument naming the table and key

@@ -290,6 +290,30 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
   return absl::OkStatus();
 }
 
+void Coordinator::SetCreateTable(CreateTableFn fn) {
+  absl::MutexLock lock(&mu_);
+  create_table_ = std::move(fn);
+}
+
+absl::Status Coordinator::CreateTable(const CreateTableRequest& req, CreateTableResponse*) {
+  CreateTableFn fn;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string what = "CreateTable";
+    if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), what); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
+    fn = create_table_;
+  }
+  if (!fn) {
+    return absl::FailedPreconditionError(
+        "this job creates its own tables: CreateTable needs a chief run with --model external");
+  }
+  // Called without the lock: creating a table waits for every PS.
+  return fn(req.table());
+}
+
 absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
   const Sender& s = req.sender();
   const std::string what = "progress report";

@@ -88,6 +88,11 @@ class Coordinator {
   using CreateVariableFn = std::function<absl::StatusOr<Placement>(const VariableSpec&)>;
   void SetCreateVariable(CreateVariableFn fn);
   absl::Status CreateVariable(const CreateVariableRequest& req, CreateVariableResponse* resp);
+  // Serves CreateTable for client programs (get-or-create of req.table on every PS, e.g.
+  // TableCreator::GetOrCreate); unset = FailedPrecondition.
+  using CreateTableFn = std::function<absl::Status(const TableDef&)>;
+  void SetCreateTable(CreateTableFn fn);
+  absl::Status CreateTable(const CreateTableRequest& req, CreateTableResponse* resp);
   // Records a worker's report; a report that is refused is not counted (so its error cannot end
   // the job). A report of done re-checks the open barriers. Sets *stop when the job is ending.
   absl::Status Report(const ProgressRequest& req, bool* stop);
@@ -134,6 +139,7 @@ class Coordinator {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
   CreateVariableFn create_variable_ ABSL_GUARDED_BY(mu_);
+  CreateTableFn create_table_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerProgress> progress_ ABSL_GUARDED_BY(mu_);
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -23,7 +23,8 @@ using Raw = grpc::ByteBuffer;
 using Base = MasterService::WithRawCallbackMethod_Register<
     MasterService::WithRawCallbackMethod_ReportProgress<
         MasterService::WithRawCallbackMethod_CreateVariable<
-            MasterService::WithRawCallbackMethod_Barrier<MasterService::Service>>>>;
+            MasterService::WithRawCallbackMethod_Barrier<
+                MasterService::WithRawCallbackMethod_CreateTable<MasterService::Service>>>>>;
 
 class MasterServiceImpl final : public Base {
  public:
@@ -42,6 +43,13 @@ class MasterServiceImpl final : public Base {
         ctx, req, resp, "CreateVariable", [this](const auto& q, auto* r, FinishFn done) {
           done(coordinator_->CreateVariable(q, r));
         });
+  }
+
+  grpc::ServerUnaryReactor* CreateTable(grpc::CallbackServerContext* ctx, const Raw* req,
+                                        Raw* resp) override {
+    return ServeRaw<CreateTableRequest, CreateTableResponse>(
+        ctx, req, resp, "CreateTable",
+        [this](const auto& q, auto* r, FinishFn done) { done(coordinator_->CreateTable(q, r)); });
   }
 
   // Held open until the barrier releases or the arrival is withdrawn; finished from the thread
