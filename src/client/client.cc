@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/options_proto.h"
 #include "client/ps_client.h"
+#include "client/table_client.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
@@ -46,6 +47,36 @@ absl::Status CheckVariable(const VariableOptions& v) {
   return absl::OkStatus();
 }
 
+absl::Status CheckTable(const TableOptions& t) {
+  if (t.name.empty()) return absl::InvalidArgumentError("a table needs a name");
+  if (t.name.size() > static_cast<size_t>(kMaxNameBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("table \"", t.name.substr(0, 64),
+                                                   "...\": the name has ", t.name.size(),
+                                                   " bytes, more than ", kMaxNameBytes));
+  }
+  if (t.dim < 1 || t.dim > kMaxTableDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table \"", t.name, "\": dim ", t.dim, " is not in [1, ", kMaxTableDim, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// The wire form of `t`; an unset optimizer is adagrad with learning rate 0.05.
+TableDef ToTableDef(const TableOptions& t) {
+  TableDef def;
+  def.set_name(t.name);
+  def.set_dim(t.dim);
+  *def.mutable_initializer() = ToProto(t.initializer);
+  *def.mutable_optimizer() =
+      ToProto(t.optimizer.value_or(OptimizerOptions{.name = "adagrad", .learning_rate = 0.05}));
+  def.set_admit_after(t.admit_after);
+  def.set_unadmitted_zeros(t.unadmitted_zeros);
+  def.set_evict_after_steps(t.evict_after_steps);
+  def.set_max_rows(t.max_rows_per_ps);
+  def.set_max_bytes(t.max_bytes_per_ps);
+  return def;
+}
+
 // Addresses of the PS from the chief's answer to Register.
 absl::StatusOr<std::vector<std::string>> PsAddresses(const RegisterResponse& resp,
                                                      const std::string& chief) {
@@ -76,6 +107,12 @@ class Client::Impl {
   absl::StatusOr<int> CreateVariable(const VariableOptions& v);
   absl::Status Pull(std::vector<const float*>* values);
   absl::Status Push(const std::vector<Tensor>& grads, int64_t examples, std::optional<double> loss);
+  absl::StatusOr<int> CreateTable(const TableOptions& t);
+  absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
+                      std::vector<const float*>* rows);
+  absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
+                          const std::vector<std::vector<float>>& grads, int64_t examples,
+                          std::optional<double> loss);
   absl::Status Barrier(const std::string& name);
   absl::Status Done(const absl::Status& outcome);
 
@@ -88,7 +125,12 @@ class Client::Impl {
   absl::Status CheckUsable() const;
   absl::Status WaitAtBarrier(const std::string& name);
   absl::Status Report(bool done, const std::string& error);
+  // After a push of `kind`: counts the step (see Client::pushes), adds the examples and loss,
+  // and reports progress every kReportEvery steps.
+  enum class Pushed { kNone, kDense, kSparse, kPaired };
+  absl::Status AfterPush(Pushed kind, int64_t examples, std::optional<double> loss);
   void RebuildPsClient();
+  void RebuildTableClient();
   std::unique_ptr<grpc::ClientContext> Context() const {
     return ContextWithTimeout(options_.timeout);
   }
@@ -106,6 +148,15 @@ class Client::Impl {
   bool pulled_ = false;                 // a Pull since the last CreateVariable
   bool after_barrier_ = false;          // sync: the next Pull must not wait for a step
   uint64_t next_min_version_ = 0;       // sync: the step the next Pull waits for
+
+  std::vector<TableRef> tables_;               // in creation order
+  std::unique_ptr<TableClient> table_client_;  // over tables_; rebuilt by CreateTable
+  std::vector<std::vector<float>> rows_;       // of the last Lookup, by table
+  bool looked_up_ = false;                     // a Lookup since the last CreateTable
+  bool tables_after_barrier_ = false;          // sync: the next Lookup must not wait for a step
+  uint64_t next_table_version_ = 0;            // sync: the step the next Lookup waits for
+  Pushed pushed_ = Pushed::kNone;              // pushes since the last Pull or Lookup
+
   int64_t global_step_ = 0;
   int64_t pushes_ = 0;
   int64_t examples_ = 0;
@@ -195,6 +246,7 @@ absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
   if (!s.ok()) return s;
   pulled_ = true;
   after_barrier_ = false;
+  pushed_ = Pushed::kNone;
   global_step_ = static_cast<int64_t>(ps_->min_version_read());
   return absl::OkStatus();
 }
@@ -210,15 +262,87 @@ absl::Status Client::Impl::Push(const std::vector<Tensor>& grads, int64_t exampl
   if (absl::Status s = ps_->Push(grads, &stale); !s.ok()) return s;
   // Sync: the step this push contributed to is the one read; the next pull waits for the next.
   next_min_version_ = ps_->min_version_read() + 1;
-  ++pushes_;
-  examples_ += std::max<int64_t>(examples, 0);
   stale_dropped_ += stale;
+  return AfterPush(Pushed::kDense, examples, loss);
+}
+
+absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optional<double> loss) {
+  const Pushed other = kind == Pushed::kDense ? Pushed::kSparse : Pushed::kDense;
+  examples_ += std::max<int64_t>(examples, 0);
   if (loss.has_value()) {
     loss_sum_ += *loss;
     ++loss_count_;
   }
+  if (pushed_ == other) {  // the second half of a step already counted
+    pushed_ = Pushed::kPaired;
+    return absl::OkStatus();
+  }
+  pushed_ = kind;
+  ++pushes_;
   if (pushes_ % kReportEvery == 0) return Report(false, "");
   return absl::OkStatus();
+}
+
+void Client::Impl::RebuildTableClient() {
+  table_client_ = std::make_unique<TableClient>(ps_addresses_, tables_, sender_, options_.timeout);
+  looked_up_ = false;
+}
+
+absl::StatusOr<int> Client::Impl::CreateTable(const TableOptions& t) {
+  if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
+  if (absl::Status s = CheckTable(t); !s.ok()) return s;
+  CreateTableRequest req;
+  *req.mutable_sender() = sender_;
+  *req.mutable_table() = ToTableDef(t);
+  CreateTableResponse resp;
+  absl::Status s = FromGrpcStatus(master_->CreateTable(Context().get(), req, &resp),
+                                  "CreateTable \"" + t.name + "\"", chief_);
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i].name == t.name) return static_cast<int>(i);  // the chief checked the rest
+  }
+  tables_.push_back({t.name, t.dim});
+  RebuildTableClient();
+  return static_cast<int>(tables_.size() - 1);
+}
+
+absl::Status Client::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys,
+                                  std::vector<const float*>* rows) {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  if (tables_.empty()) {
+    return absl::FailedPreconditionError("Lookup before any CreateTable: no table to look up");
+  }
+  // As Pull: a sync lookup reads the step after this worker's last sparse push, except after a
+  // barrier, when it reads the step that is there.
+  const bool sync = mode_ == "sync";
+  const uint64_t min_version = sync && !tables_after_barrier_ ? next_table_version_ : 0;
+  absl::Status s = table_client_->Lookup(keys, &rows_, min_version, mode_ == "ssp" ? pushes_ : 0);
+  if (!s.ok()) return s;
+  looked_up_ = true;
+  tables_after_barrier_ = false;
+  pushed_ = Pushed::kNone;
+  rows->resize(rows_.size());
+  for (size_t t = 0; t < rows_.size(); ++t) (*rows)[t] = rows_[t].data();
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& keys,
+                                      const std::vector<std::vector<float>>& grads,
+                                      int64_t examples, std::optional<double> loss) {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  if (!looked_up_) {
+    return absl::FailedPreconditionError(
+        "PushSparse without a Lookup since the last CreateTable: look the keys up first");
+  }
+  int stale = 0;
+  // Sync: every PS takes part in every table's step, so each gets this worker's gradient.
+  if (absl::Status s = table_client_->Push(keys, grads, /*every_ps=*/mode_ == "sync", &stale);
+      !s.ok()) {
+    return s;
+  }
+  next_table_version_ = table_client_->min_version_read() + 1;
+  stale_dropped_ += stale;
+  return AfterPush(Pushed::kSparse, examples, loss);
 }
 
 absl::Status Client::Impl::Report(bool done, const std::string& error) {
@@ -251,6 +375,7 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   // or they would wait in a pull for this worker while it waits for them.
   if (absl::Status s = ps_->Leave(/*pause=*/true); !s.ok()) return s;
   after_barrier_ = true;
+  tables_after_barrier_ = true;
   return WaitAtBarrier(name);
 }
 
@@ -293,6 +418,16 @@ absl::Status Client::Pull(std::vector<const float*>* values) { return impl_->Pul
 absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
                           std::optional<double> loss) {
   return impl_->Push(grads, examples, loss);
+}
+absl::StatusOr<int> Client::CreateTable(const TableOptions& t) { return impl_->CreateTable(t); }
+absl::Status Client::Lookup(const std::vector<std::vector<uint64_t>>& keys,
+                            std::vector<const float*>* rows) {
+  return impl_->Lookup(keys, rows);
+}
+absl::Status Client::PushSparse(const std::vector<std::vector<uint64_t>>& keys,
+                                const std::vector<std::vector<float>>& grads, int64_t examples,
+                                std::optional<double> loss) {
+  return impl_->PushSparse(keys, grads, examples, loss);
 }
 int64_t Client::global_step() const { return impl_->global_step(); }
 int64_t Client::pushes() const { return impl_->pushes(); }

@@ -4,17 +4,27 @@
 // status and time headers (find_package(pstrain) and pkg-config pstrain provide them).
 //
 // A program runs as worker task `task` of a cluster whose chief was started with
-// `pstrain server --job chief --model external`. It connects, creates its variables (every worker
-// may create the same ones: creation is get-or-create), then loops Pull -> compute gradients ->
-// Push, and finally calls Done():
+// `pstrain server --job chief --model external`. It connects, creates its variables and
+// embedding tables (every worker may create the same ones: creation is get-or-create), then
+// loops Pull and Lookup -> compute gradients -> Push and PushSparse, and finally calls Done():
 //
 //   absl::StatusOr<ClientOptions> o = ClientOptions::FromTfConfig();  // or {.chief = "h:p", ...}
 //   auto c = Client::Connect(*o);
 //   int w = *(*c)->CreateVariable({.name = "w", .shape = {10, 1}});
-//   std::vector<const float*> values;
-//   for (...) { (*c)->Pull(&values); ...compute grads...; (*c)->Push(grads); }
+//   int e = *(*c)->CreateTable({.name = "emb", .dim = 8});  // optional: sparse rows by key
+//   std::vector<const float*> values, rows;
+//   for (...) {
+//     (*c)->Pull(&values);
+//     (*c)->Lookup({batch_ids}, &rows);  // the batch's distinct ids of each table
+//     ...compute grads...;
+//     (*c)->Push(grads);
+//     (*c)->PushSparse({batch_ids}, {id_grads});
+//   }
 //   (*c)->Barrier("trained");  // optional: wait for the others, then a final Pull
 //   (*c)->Done();
+//
+// A step is the reads (Pull, Lookup) followed by the pushes (Push, PushSparse) of one batch; a
+// program may use variables only, tables only, or both.
 //
 // The PS addresses come from the chief when the client registers, in the chief's task order, so
 // a client cannot address the wrong PS.
@@ -111,6 +121,34 @@ struct VariableOptions {
   std::string partitioner = {};
 };
 
+// An embedding table: rows of `dim` floats keyed by uint64 ids (hashed feature ids), spread
+// over the PS tasks by a hash of the key. A key's row is created on the PS that holds it when
+// the key is first looked up (admitted), drawn from `initializer` seeded by (initializer.seed,
+// key), so a key starts from the same row whatever the number of PS. The PS refuse bad values
+// with InvalidArgument naming the field.
+struct TableOptions {
+  std::string name = {};  // unique among the job's tables
+  int dim = 0;            // floats per row: 1 to 65536
+  // zeros (the default), constant, uniform, normal or truncated_normal, as for variables;
+  // glorot_uniform is refused (a row has no fan-in).
+  InitializerOptions initializer = {};
+  // sgd, adagrad, adam (each row keeps its own step count: lazy Adam, torch's SparseAdam) or
+  // ftrl; momentum and rmsprop are refused. Unset: adagrad with learning rate 0.05, not the
+  // chief's optimizer, which may be one that tables do not take.
+  std::optional<OptimizerOptions> optimizer = {};
+  // Admission: a key gets a trainable row once it was looked up admit_after times (0 and 1: at
+  // once). Until then a lookup reads zeros (unadmitted_zeros) or the row the key would get, and
+  // its gradients are dropped (and counted by the PS).
+  int admit_after = 0;
+  bool unadmitted_zeros = false;
+  // Eviction: a row not updated for evict_after_steps of the table's steps is removed (0:
+  // never); past max_rows_per_ps rows or max_bytes_per_ps bytes on one PS task (0: no cap) the
+  // least recently updated rows are removed first. A removed key starts again as a new one.
+  int64_t evict_after_steps = 0;
+  int64_t max_rows_per_ps = 0;
+  int64_t max_bytes_per_ps = 0;
+};
+
 class Client {
  public:
   // Registers as worker `task` with the chief (retried with backoff until `timeout` while the
@@ -148,7 +186,7 @@ class Client {
   // Pushes grads[i] for variable i (same order and shapes as created), tagged with the versions
   // the last Pull read. The PS apply them with each variable's optimizer (sync: average them per
   // step). `examples` (the batch size) and `loss` (of this step) only feed the progress reports
-  // sent to the chief every 20 pushes. InvalidArgument for a wrong count or shape (nothing is
+  // sent to the chief every 20 steps. InvalidArgument for a wrong count or shape (nothing is
   // sent); FailedPrecondition without a Pull since the last CreateVariable; Cancelled once the
   // chief ended the job (the push that learns of it still succeeds: it was applied). A failed
   // progress report is returned as this push's error although its gradient was applied. A push
@@ -156,10 +194,48 @@ class Client {
   absl::Status Push(const std::vector<Tensor>& grads, int64_t examples = 0,
                     std::optional<double> loss = std::nullopt);
 
+  // Gets or creates the table on every PS (MasterService.CreateTable): a table of that name
+  // that exists is returned if its definition is the same, else InvalidArgument from the chief
+  // naming the field that differs, so every worker must pass the same options. Returns the
+  // table's index among those this client created, in order; Lookup and PushSparse use that
+  // order. Creating a table invalidates the rows of the last Lookup, and a Lookup must follow
+  // before the next PushSparse. Create every table before training: in sync mode a new table
+  // starts at step 0.
+  absl::StatusOr<int> CreateTable(const TableOptions& t);
+
+  // Looks up rows: keys[i] holds distinct keys of table i (any order; none is fine). On success
+  // (*rows)[i] points at keys[i].size() * dim floats, the row of keys[i][j] at j * dim, owned by
+  // the Client and valid until the next Lookup, CreateTable or Done. One request goes to each
+  // PS that holds some of the keys (carrying every table), all in flight at once. Waits as Pull
+  // does: sync mode, until the step after this client's last PushSparse is applied on every PS
+  // (step 0 before the first; not after a Barrier); ssp mode, at clock = pushes(). A PS still
+  // connecting is waited for and a broken connection retried, within the deadline.
+  // InvalidArgument naming the table and key for a repeated key, or for keys of a wrong number
+  // of tables (nothing is sent); FailedPrecondition with no tables or after Done; Cancelled
+  // once the chief ended the job.
+  absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
+                      std::vector<const float*>* rows);
+
+  // Pushes gradient rows: grads[i] holds keys[i].size() * dim floats, the gradient of keys[i][j]
+  // at j * dim. A key may repeat (the ids of a batch): its rows are summed before sending. The
+  // rows are tagged with the versions the last Lookup read, and the PS apply them with the
+  // table's optimizer (sync: the sum over the workers of a step divided by their number, as
+  // Push averages). Push keys that the last Lookup returned: the PS refuse a key they hold no
+  // row for (InvalidArgument naming table and key), unless admission or eviction explains it,
+  // and then drop its gradient. Sync mode: every worker calls it every step, with no keys if it
+  // touched none, since a step is applied once every worker's gradient arrived. InvalidArgument
+  // for a wrong number of tables or of floats (nothing is sent); FailedPrecondition without a
+  // Lookup since the last CreateTable; otherwise as Push, which it also matches in counting the
+  // step and reporting progress (`examples`, `loss`: give them in one of the two calls).
+  absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
+                          const std::vector<std::vector<float>>& grads, int64_t examples = 0,
+                          std::optional<double> loss = std::nullopt);
+
   // The smallest variable version read by the last Pull: the global step in sync mode, the
   // number of updates applied in async and ssp mode. 0 before the first Pull.
   int64_t global_step() const;
-  // Pushes done by this client.
+  // Steps pushed by this client: each Push or PushSparse counts one, except one that pairs with
+  // a push of the other kind made since the last Pull or Lookup (both push one step).
   int64_t pushes() const;
 
   // Blocks until every worker that has not called Done() reached the barrier `name`
