@@ -7,7 +7,8 @@
 // copies under the lock, and no allocation except when the arena, the index or the accumulator
 // grows (amortised, never per key).
 //
-// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table, so
+// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table (fewer
+// under a byte cap, which they may take a quarter of), so
 // a stream of distinct keys seen once cannot grow memory. When a key that is not in the map must
 // be added to a full map, every pending count is halved and the keys whose count falls to zero
 // are forgotten, repeatedly, until the map is at most half full (each pass at least halves the
@@ -54,9 +55,9 @@ enum class Rule { kSgd, kAdagrad, kAdam, kFtrl };
 
 double Or(bool has, double value, double def) { return has ? value : def; }
 
-// Bytes the admission map can take: it never holds more than kMaxPendingKeys keys.
-int64_t PendingBytesBound() {
-  return RowStore::IndexBytes(RowStore::IndexCapacityBound(kMaxPendingKeys));
+// Bytes the admission map can take if it never holds more than `keys` keys.
+int64_t PendingBytesBound(int64_t keys) {
+  return RowStore::IndexBytes(RowStore::IndexCapacityBound(keys));
 }
 
 class Table final : public EmbeddingTable {
@@ -66,6 +67,7 @@ class Table final : public EmbeddingTable {
     int slots;            // optimizer slots per row (each dim floats)
     int64_t chunk_slots;  // RowStore slots per chunk
     int64_t max_rows;     // the effective row cap (both caps, and RowStore::kMaxRows)
+    int64_t max_pending;  // admission counts kept (kMaxPendingKeys, fewer under a byte cap)
   };
 
   Table(const TableDef& def, const Layout& layout)
@@ -76,6 +78,7 @@ class Table final : public EmbeddingTable {
         admit_after_(def.admit_after()),
         evict_after_(static_cast<uint64_t>(def.evict_after_steps())),
         max_rows_(layout.max_rows),
+        max_pending_(layout.max_pending),
         may_miss_(def.admit_after() > 1 || def.evict_after_steps() > 0 || def.max_rows() > 0 ||
                   def.max_bytes() > 0),
         rows_(fpr_, layout.rule == Rule::kAdam, may_miss_, layout.chunk_slots) {
@@ -232,7 +235,7 @@ class Table final : public EmbeddingTable {
   bool CountLookup(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = pending_.find(key);
     if (it == pending_.end()) {
-      if (static_cast<int64_t>(pending_.size()) >= kMaxPendingKeys) ForgetPending();
+      if (static_cast<int64_t>(pending_.size()) >= max_pending_) ForgetPending();
       pending_.emplace(key, 1);
       return false;
     }
@@ -242,7 +245,7 @@ class Table final : public EmbeddingTable {
   }
 
   void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (static_cast<int64_t>(pending_.size()) > kMaxPendingKeys / 2) {
+    while (static_cast<int64_t>(pending_.size()) > max_pending_ / 2) {
       for (auto it = pending_.begin(); it != pending_.end();) {
         it->second /= 2;
         if (it->second == 0) {
@@ -355,6 +358,7 @@ class Table final : public EmbeddingTable {
   const int32_t admit_after_;
   const uint64_t evict_after_;  // 0: never
   const int64_t max_rows_;
+  const int64_t max_pending_;
   const bool may_miss_;  // admission or eviction: a pushed key may rightly have no row
   double eps_, beta1_, beta2_, power_;
   float first_slot_value_;  // adagrad's sum and ftrl's accumulator start here
@@ -382,13 +386,13 @@ absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
   Table::Layout layout;
   const std::string& name = def.optimizer().name();
   if (name == "sgd") {
-    layout = {Rule::kSgd, 0, 0, 0};
+    layout = {Rule::kSgd, 0, 0, 0, kMaxPendingKeys};
   } else if (name == "adagrad") {
-    layout = {Rule::kAdagrad, 1, 0, 0};
+    layout = {Rule::kAdagrad, 1, 0, 0, kMaxPendingKeys};
   } else if (name == "adam") {
-    layout = {Rule::kAdam, 2, 0, 0};
+    layout = {Rule::kAdam, 2, 0, 0, kMaxPendingKeys};
   } else if (name == "ftrl") {
-    layout = {Rule::kFtrl, 2, 0, 0};
+    layout = {Rule::kFtrl, 2, 0, 0, kMaxPendingKeys};
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer.name '", name,
@@ -405,8 +409,12 @@ absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
   layout.max_rows = RowStore::kMaxRows;
   if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
   if (def.max_bytes() > 0) {
+    // The admission counts take at most a quarter of the byte cap.
+    while (layout.max_pending > 64 && PendingBytesBound(layout.max_pending) > def.max_bytes() / 4) {
+      layout.max_pending /= 2;
+    }
     const int64_t fixed = static_cast<int64_t>(sizeof(Table)) + def.ByteSizeLong() +
-                          (def.admit_after() > 1 ? PendingBytesBound() : 0);
+                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0);
     auto fits = [&](int64_t rows) {
       return fixed + RowStore::BytesBound(rows, fpr, steps, chunk) <= def.max_bytes();
     };
