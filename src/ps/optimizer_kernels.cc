@@ -1,4 +1,5 @@
-// The update rules of the optimizers declared in optimizer.h.
+// The update rules of the optimizers declared in optimizer.h; the kernels of sgd, adagrad, adam
+// and ftrl are shared with the embedding tables (optimizer_kernels.h).
 //
 // The kernels are plain index loops over __restrict parameters with the scalars hoisted out, so
 // the compiler can vectorise them without aliasing checks. (Loops with sqrt vectorise only under
@@ -7,6 +8,8 @@
 // corresponding torch operations, so results agree with torch.optim to float rounding. The
 // gradient is read as g[i] * gs, gs being the clipping scale (1 when not clipping, which is
 // exact).
+#include "ps/optimizer_kernels.h"
+
 #include <cassert>
 #include <cmath>
 
@@ -16,11 +19,6 @@ namespace pstrain {
 namespace {
 
 using Slots = std::vector<std::pair<std::string, const float*>>;
-
-// param.add_(grad, alpha=-lr)
-void SgdKernel(float* __restrict w, const float* __restrict g, int64_t n, float gs, float neg_lr) {
-  for (int64_t i = 0; i < n; ++i) w[i] += neg_lr * (g[i] * gs);
-}
 
 // torch.optim.SGD with momentum, dampening 0. First update: buf = clone(grad). Later:
 // buf.mul_(momentum).add_(grad). Then d_p = nesterov ? grad.add(buf, alpha=momentum) : buf and
@@ -34,37 +32,6 @@ void MomentumKernel(float* __restrict w, const float* __restrict g, float* __res
     const float b = buf[i] * mu + gi;
     buf[i] = b;
     w[i] += neg_lr * (kNesterov ? gi + mu * b : b);
-  }
-}
-
-// torch.optim.Adagrad, lr_decay 0: state_sum.addcmul_(grad, grad, value=1);
-// std = state_sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-lr)
-void AdagradKernel(float* __restrict w, const float* __restrict g, float* __restrict sum, int64_t n,
-                   float gs, float eps, float neg_lr) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float s = sum[i] + gi * gi;
-    sum[i] = s;
-    w[i] += neg_lr * (gi / (std::sqrt(s) + eps));
-  }
-}
-
-// torch.optim.Adam (single-tensor path), per element:
-//   exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-//   denom = exp_avg_sq.sqrt() / sqrt(bias_correction2) + eps
-//   param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
-// (torch < 2.0 updates exp_avg as mul_(beta1).add_(grad, alpha=1 - beta1); the two differ by
-// float rounding only.)
-void AdamKernel(float* __restrict w, const float* __restrict g, float* __restrict m,
-                float* __restrict v, int64_t n, float gs, float one_minus_b1, float b2,
-                float one_minus_b2, float bc2_sqrt, float eps, float neg_step) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gs;
-    const float mi = m[i] + one_minus_b1 * (gi - m[i]);
-    const float vi = v[i] * b2 + one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] += neg_step * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
   }
 }
 
@@ -118,6 +85,44 @@ void FtrlLoop(float* __restrict w, const float* __restrict g, float* __restrict 
   }
 }
 
+}  // namespace
+
+// param.add_(grad, alpha=-lr)
+void SgdKernel(float* __restrict w, const float* __restrict g, int64_t n, float gs, float neg_lr) {
+  for (int64_t i = 0; i < n; ++i) w[i] += neg_lr * (g[i] * gs);
+}
+
+// torch.optim.Adagrad, lr_decay 0: state_sum.addcmul_(grad, grad, value=1);
+// std = state_sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-lr)
+void AdagradKernel(float* __restrict w, const float* __restrict g, float* __restrict sum, int64_t n,
+                   float gs, float eps, float neg_lr) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gs;
+    const float s = sum[i] + gi * gi;
+    sum[i] = s;
+    w[i] += neg_lr * (gi / (std::sqrt(s) + eps));
+  }
+}
+
+// torch.optim.Adam (single-tensor path), per element:
+//   exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+//   denom = exp_avg_sq.sqrt() / sqrt(bias_correction2) + eps
+//   param.addcdiv_(exp_avg, denom, value=-lr / bias_correction1)
+// (torch < 2.0 updates exp_avg as mul_(beta1).add_(grad, alpha=1 - beta1); the two differ by
+// float rounding only.)
+void AdamKernel(float* __restrict w, const float* __restrict g, float* __restrict m,
+                float* __restrict v, int64_t n, float gs, float one_minus_b1, float b2,
+                float one_minus_b2, float bc2_sqrt, float eps, float neg_step) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gs;
+    const float mi = m[i] + one_minus_b1 * (gi - m[i]);
+    const float vi = v[i] * b2 + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] += neg_step * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  }
+}
+
 void FtrlKernel(float* w, const float* g, float* acc, float* z, int64_t n, float gs, double lr,
                 double l1, double l2, double p) {
   if (p == -0.5) {
@@ -126,8 +131,6 @@ void FtrlKernel(float* w, const float* g, float* acc, float* z, int64_t n, float
     FtrlLoop<false>(w, g, acc, z, n, gs, lr, l1, l2, p);
   }
 }
-
-}  // namespace
 
 void SgdOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
   SgdKernel(weights, grad, n_, grad_scale, static_cast<float>(-lr));

@@ -1,0 +1,485 @@
+// EmbeddingTable: validation, lookups with admission, updates with the row optimizers, eviction,
+// the sync accumulator and the counters. Rows are stored by RowStore (embedding_rows.h).
+//
+// Locking: one absl::Mutex per table. Lookup, Apply, Accumulate and ApplyAccumulated hold it
+// exclusively for the whole batch (a lookup creates rows and counts admissions, so it writes);
+// CheckPush, Stats, Row and version hold it shared. A batch costs O(n) hash probes and row
+// copies under the lock, and no allocation except when the arena, the index or the accumulator
+// grows (amortised, never per key).
+//
+// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table (fewer
+// under a byte cap, which they may take a quarter of), so
+// a stream of distinct keys seen once cannot grow memory. When a key that is not in the map must
+// be added to a full map, every pending count is halved and the keys whose count falls to zero
+// are forgotten, repeatedly, until the map is at most half full (each pass at least halves the
+// counts, which stay below admit_after, so at most log2(admit_after) + 1 passes; each purge
+// frees half the map, so its cost is O(1) amortised per lookup). This is TinyLFU's "reset":
+// frequent keys keep half their evidence, keys seen once in the last ~kMaxPendingKeys / 2 new
+// keys are forgotten. A map rather than a count-min sketch, because a sketch that holds no keys
+// overcounts colliding ones under a long stream of distinct keys and would then admit them
+// early; the map never admits a key before its k-th lookup, it may only admit it late. A key
+// whose row was evicted starts counting again.
+//
+// Caps: max_rows bounds the rows directly; max_bytes bounds them through RowStore::BytesBound,
+// the most memory the rows, their index, the chunk list and the admission map can take for a
+// given row count whatever the history, so Stats().bytes stays <= max_bytes while the sync
+// accumulator is empty (it holds one step's pushed gradients, is counted in bytes, and is not
+// capped). When a new row would pass the cap, the least recently updated rows go first.
+#include "ps/embedding_table.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/limits.h"
+#include "common/optimizer_config.h"
+#include "ps/embedding_init.h"
+#include "ps/embedding_rows.h"
+#include "ps/optimizer.h"
+#include "ps/optimizer_kernels.h"
+#include "ps/ps_internal.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int64_t kMaxPendingKeys = int64_t{1} << 17;
+constexpr int64_t kChunkBytes = int64_t{1} << 20;  // arena chunks of about this size
+constexpr int kPrefetchAhead = 8;                  // keys probed ahead in a batch
+
+enum class Rule { kSgd, kAdagrad, kAdam, kFtrl };
+
+double Or(bool has, double value, double def) { return has ? value : def; }
+
+// Bytes the admission map can take if it never holds more than `keys` keys.
+int64_t PendingBytesBound(int64_t keys) {
+  return RowStore::IndexBytes(RowStore::IndexCapacityBound(keys));
+}
+
+class Table final : public EmbeddingTable {
+ public:
+  struct Layout {
+    Rule rule;
+    int slots;            // optimizer slots per row (each dim floats)
+    int64_t chunk_slots;  // RowStore slots per chunk
+    int64_t max_rows;     // the effective row cap (both caps, and RowStore::kMaxRows)
+    int64_t max_pending;  // admission counts kept (kMaxPendingKeys, fewer under a byte cap)
+  };
+
+  Table(const TableDef& def, const Layout& layout)
+      : def_(def),
+        rule_(layout.rule),
+        dim_(def.dim()),
+        fpr_((1 + layout.slots) * def.dim()),
+        admit_after_(def.admit_after()),
+        evict_after_(static_cast<uint64_t>(def.evict_after_steps())),
+        max_rows_(layout.max_rows),
+        max_pending_(layout.max_pending),
+        may_miss_(def.admit_after() > 1 || def.evict_after_steps() > 0 || def.max_rows() > 0 ||
+                  def.max_bytes() > 0),
+        rows_(fpr_, layout.rule == Rule::kAdam, may_miss_, layout.chunk_slots) {
+    const OptimizerConfig& o = def.optimizer();
+    const bool adagrad = rule_ == Rule::kAdagrad;
+    eps_ = Or(o.has_epsilon(), o.epsilon(), adagrad ? kDefaultAdagradEpsilon : kDefaultAdamEpsilon);
+    beta1_ = Or(o.has_beta1(), o.beta1(), kDefaultAdamBeta1);
+    beta2_ = Or(o.has_beta2(), o.beta2(), kDefaultAdamBeta2);
+    power_ =
+        Or(o.has_learning_rate_power(), o.learning_rate_power(), kDefaultFtrlLearningRatePower);
+    const double acc = o.initial_accumulator_value();
+    first_slot_value_ = static_cast<float>(
+        rule_ == Rule::kFtrl && acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
+  }
+
+  const TableDef& def() const override { return def_; }
+  int floats_per_row() const override { return fpr_; }
+
+  uint64_t Lookup(const uint64_t* keys, int64_t n, float* out) override {
+    absl::MutexLock lock(&mu_);
+    counters_.keys_looked_up += n;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
+      float* o = out + i * dim_;
+      uint32_t slot = rows_.Find(keys[i]);
+      if (slot == RowStore::kNil) slot = Miss(keys[i], o);
+      // Copied now: a later key of this batch may evict this row to make room.
+      if (slot != RowStore::kNil) std::memcpy(o, rows_.floats(slot), dim_ * sizeof(float));
+    }
+    return version_;
+  }
+
+  absl::Status CheckPush(const uint64_t* keys, int64_t n) const override {
+    if (may_miss_) return absl::OkStatus();
+    absl::ReaderMutexLock lock(&mu_);
+    for (int64_t i = 0; i < n; ++i) {
+      if (rows_.Find(keys[i]) == RowStore::kNil) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table ", Quoted(def_.name()), ": key ", keys[i], " was never looked up"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t Apply(const uint64_t* keys, int64_t n, const float* grads) override {
+    absl::MutexLock lock(&mu_);
+    return ApplyLocked(keys, n, grads);
+  }
+
+  void Accumulate(const uint64_t* keys, int64_t n, const float* grads) override {
+    absl::MutexLock lock(&mu_);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* g = grads + i * dim_;
+      auto [it, added] = acc_index_.try_emplace(keys[i], static_cast<uint32_t>(acc_keys_.size()));
+      if (added) {
+        acc_keys_.push_back(keys[i]);
+        acc_grads_.insert(acc_grads_.end(), g, g + dim_);
+        continue;
+      }
+      float* sum = acc_grads_.data() + int64_t{it->second} * dim_;
+      for (int j = 0; j < dim_; ++j) sum[j] += g[j];
+    }
+  }
+
+  uint64_t ApplyAccumulated(int contributors) override {
+    absl::MutexLock lock(&mu_);
+    if (contributors > 1) {
+      const float c = static_cast<float>(contributors);
+      for (float& x : acc_grads_) x /= c;
+    }
+    const uint64_t version =
+        ApplyLocked(acc_keys_.data(), static_cast<int64_t>(acc_keys_.size()), acc_grads_.data());
+    const size_t keys = acc_keys_.size();
+    acc_keys_.clear();
+    acc_grads_.clear();
+    acc_index_.clear();
+    acc_index_.reserve(keys);  // the next step likely pushes as many keys: no rehash while adding
+    return version;
+  }
+
+  uint64_t version() const override {
+    absl::ReaderMutexLock lock(&mu_);
+    return version_;
+  }
+
+  TableStats Stats() const override {
+    absl::ReaderMutexLock lock(&mu_);
+    TableStats s;
+    s.set_name(def_.name());
+    s.set_dim(dim_);
+    s.set_version(version_);
+    s.set_rows(rows_.rows());
+    s.set_bytes(BytesLocked());
+    s.set_payload_bytes_per_row(int64_t{fpr_} * int64_t{sizeof(float)});
+    s.set_keys_looked_up(counters_.keys_looked_up);
+    s.set_admitted(counters_.admitted);
+    s.set_filtered_lookups(counters_.filtered_lookups);
+    s.set_filtered_gradients(counters_.filtered_gradients);
+    s.set_evicted_by_age(counters_.evicted_by_age);
+    s.set_evicted_by_cap(counters_.evicted_by_cap);
+    s.set_gradient_rows_applied(counters_.gradient_rows_applied);
+    return s;
+  }
+
+  std::optional<RowState> Row(uint64_t key) const override {
+    absl::ReaderMutexLock lock(&mu_);
+    const uint32_t slot = rows_.Find(key);
+    if (slot == RowStore::kNil) return std::nullopt;
+    const float* f = rows_.floats(slot);
+    RowState state;
+    state.row.assign(f, f + dim_);
+    auto slot_values = [&](const char* name, int index) {
+      const float* s = f + int64_t{index + 1} * dim_;
+      state.slots.emplace_back(name, std::vector<float>(s, s + dim_));
+    };
+    switch (rule_) {
+      case Rule::kSgd:
+        break;
+      case Rule::kAdagrad:
+        slot_values("sum", 0);
+        break;
+      case Rule::kAdam:
+        slot_values("exp_avg", 0);
+        slot_values("exp_avg_sq", 1);
+        state.slots.emplace_back("step",
+                                 std::vector<float>{static_cast<float>(rows_.step_count(slot))});
+        break;
+      case Rule::kFtrl:
+        slot_values("accumulator", 0);
+        slot_values("linear", 1);
+        break;
+    }
+    return state;
+  }
+
+ private:
+  // A lookup of `key`, which has no row: counts towards its admission and gives it a row once
+  // admitted; otherwise fills `out` with what an unadmitted key reads. Returns the new slot or
+  // kNil.
+  uint32_t Miss(uint64_t key, float* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    uint32_t slot = RowStore::kNil;
+    if (admit_after_ <= 1 || CountLookup(key)) slot = NewRow(key);
+    if (slot != RowStore::kNil) return slot;
+    counters_.filtered_lookups += 1;
+    if (def_.unadmitted_zeros()) {
+      std::fill(out, out + dim_, 0.0f);
+    } else {
+      InitialRow(def_.initializer(), key, dim_, out);
+    }
+    return RowStore::kNil;
+  }
+
+  // Counts a lookup of an unadmitted key; true when this is its admit_after-th.
+  bool CountLookup(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = pending_.find(key);
+    if (it == pending_.end()) {
+      if (static_cast<int64_t>(pending_.size()) >= max_pending_) ForgetPending();
+      pending_.emplace(key, 1);
+      return false;
+    }
+    if (static_cast<int32_t>(++it->second) < admit_after_) return false;
+    pending_.erase(it);
+    return true;
+  }
+
+  void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (static_cast<int64_t>(pending_.size()) > max_pending_ / 2) {
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        it->second /= 2;
+        if (it->second == 0) {
+          pending_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  // A row for `key`, drawn from the initializer, after evicting the least recently updated rows
+  // as the cap requires; kNil if the store is full and cannot evict.
+  uint32_t NewRow(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (rows_.rows() >= max_rows_ && rows_.oldest() != RowStore::kNil) {
+      rows_.Remove(rows_.oldest());
+      counters_.evicted_by_cap += 1;
+    }
+    const uint32_t slot = rows_.Add(key, version_);
+    if (slot == RowStore::kNil) return slot;
+    float* f = rows_.floats(slot);
+    InitialRow(def_.initializer(), key, dim_, f);
+    if (fpr_ > dim_) {
+      std::fill(f + dim_, f + 2 * dim_, first_slot_value_);
+      std::fill(f + 2 * dim_, f + fpr_, 0.0f);
+    }
+    if (rule_ == Rule::kAdam) rows_.step_count(slot) = 0;
+    counters_.admitted += 1;
+    return slot;
+  }
+
+  uint64_t ApplyLocked(const uint64_t* keys, int64_t n, const float* grads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const OptimizerConfig& o = def_.optimizer();
+    const double lr = ScheduledLearningRate(o, static_cast<int64_t>(version_));
+    float gs = 1.0f;
+    if (o.clip_norm() > 0.0) {  // clip_norm / max(norm, clip_norm) over the whole push
+      double sum_sq = 0.0;
+      for (int64_t i = 0; i < n * dim_; ++i) sum_sq += static_cast<double>(grads[i]) * grads[i];
+      if (const double norm = std::sqrt(sum_sq); norm > o.clip_norm()) {
+        gs = static_cast<float>(o.clip_norm() / norm);
+      }
+    }
+    const uint64_t step = version_ + 1;
+    int64_t applied = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
+      const uint32_t slot = rows_.Find(keys[i]);
+      if (slot == RowStore::kNil) continue;
+      UpdateRow(slot, grads + i * dim_, gs, lr);
+      rows_.Touch(slot, step);
+      ++applied;
+    }
+    counters_.gradient_rows_applied += applied;
+    counters_.filtered_gradients += (n - applied);
+    version_ = step;
+    if (evict_after_ > 0) {
+      for (uint32_t s = rows_.oldest();
+           s != RowStore::kNil && version_ - rows_.last_update(s) >= evict_after_;
+           s = rows_.oldest()) {
+        rows_.Remove(s);
+        counters_.evicted_by_age += 1;
+      }
+    }
+    return version_;
+  }
+
+  void UpdateRow(uint32_t slot, const float* g, float gs, double lr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    float* w = rows_.floats(slot);
+    const float neg_lr = static_cast<float>(-lr);
+    switch (rule_) {
+      case Rule::kSgd:
+        SgdKernel(w, g, dim_, gs, neg_lr);
+        return;
+      case Rule::kAdagrad:
+        AdagradKernel(w, g, w + dim_, dim_, gs, static_cast<float>(eps_), neg_lr);
+        return;
+      case Rule::kAdam: {
+        // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
+        const double t = static_cast<double>(++rows_.step_count(slot));
+        const double bc1 = 1.0 - std::pow(beta1_, t), bc2 = 1.0 - std::pow(beta2_, t);
+        AdamKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, static_cast<float>(1.0 - beta1_),
+                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_),
+                   static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps_),
+                   static_cast<float>(-lr / bc1));
+        return;
+      }
+      case Rule::kFtrl:
+        FtrlKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, lr, def_.optimizer().l1(),
+                   def_.optimizer().l2(), power_);
+        return;
+    }
+  }
+
+  int64_t BytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return static_cast<int64_t>(sizeof(*this) - sizeof(RowStore) + def_.SpaceUsedLong() -
+                                sizeof(def_)) +
+           rows_.bytes() + RowStore::IndexBytes(pending_.capacity()) +
+           RowStore::IndexBytes(acc_index_.capacity()) +
+           static_cast<int64_t>(acc_keys_.capacity() * sizeof(uint64_t) +
+                                acc_grads_.capacity() * sizeof(float));
+  }
+
+  // Constant after construction.
+  const TableDef def_;
+  const Rule rule_;
+  const int dim_;
+  const int fpr_;
+  const int32_t admit_after_;
+  const uint64_t evict_after_;  // 0: never
+  const int64_t max_rows_;
+  const int64_t max_pending_;
+  const bool may_miss_;  // admission or eviction: a pushed key may rightly have no row
+  double eps_, beta1_, beta2_, power_;
+  float first_slot_value_;  // adagrad's sum and ftrl's accumulator start here
+
+  mutable absl::Mutex mu_;
+  RowStore rows_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  struct Counters {
+    int64_t keys_looked_up = 0, admitted = 0, filtered_lookups = 0, filtered_gradients = 0;
+    int64_t evicted_by_age = 0, evicted_by_cap = 0, gradient_rows_applied = 0;
+  };
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint32_t> pending_ ABSL_GUARDED_BY(mu_);  // admission counts
+  // Sync accumulator: key -> index in acc_keys_; acc_grads_ holds dim floats per key.
+  absl::flat_hash_map<uint64_t, uint32_t> acc_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> acc_keys_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> acc_grads_ ABSL_GUARDED_BY(mu_);
+};
+
+int64_t FloorPow2(int64_t x) {
+  return x < 1 ? 1 : int64_t{1} << (63 - std::countl_zero(uint64_t(x)));
+}
+
+absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
+  Table::Layout layout;
+  const std::string& name = def.optimizer().name();
+  if (name == "sgd") {
+    layout = {Rule::kSgd, 0, 0, 0, kMaxPendingKeys};
+  } else if (name == "adagrad") {
+    layout = {Rule::kAdagrad, 1, 0, 0, kMaxPendingKeys};
+  } else if (name == "adam") {
+    layout = {Rule::kAdam, 2, 0, 0, kMaxPendingKeys};
+  } else if (name == "ftrl") {
+    layout = {Rule::kFtrl, 2, 0, 0, kMaxPendingKeys};
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.name '", name,
+                     "' is not supported for tables (use sgd, adagrad, adam or ftrl)"));
+  }
+  const int fpr = (1 + layout.slots) * def.dim();
+  const bool steps = layout.rule == Rule::kAdam;
+  const int64_t slot_bytes = RowStore::SlotBytes(fpr, steps);
+  int64_t chunk = FloorPow2(kChunkBytes / slot_bytes);
+  if (def.max_rows() > 0) chunk = std::min(chunk, int64_t(std::bit_ceil(uint64_t(def.max_rows()))));
+  // Small byte caps get small chunks, so a chunk's unused slots cost at most 1/8 of the cap.
+  if (def.max_bytes() > 0) chunk = std::min(chunk, FloorPow2(def.max_bytes() / 8 / slot_bytes));
+  layout.chunk_slots = chunk;
+  layout.max_rows = RowStore::kMaxRows;
+  if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
+  if (def.max_bytes() > 0) {
+    // The admission counts take at most a quarter of the byte cap.
+    while (layout.max_pending > 64 && PendingBytesBound(layout.max_pending) > def.max_bytes() / 4) {
+      layout.max_pending /= 2;
+    }
+    const int64_t fixed = static_cast<int64_t>(sizeof(Table)) + def.ByteSizeLong() +
+                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0);
+    auto fits = [&](int64_t rows) {
+      return fixed + RowStore::BytesBound(rows, fpr, steps, chunk) <= def.max_bytes();
+    };
+    if (!fits(1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_bytes ", def.max_bytes(), " cannot hold one row (a table of dim ",
+                       def.dim(), " with ", name, " needs at least ",
+                       fixed + RowStore::BytesBound(1, fpr, steps, chunk), ")"));
+    }
+    int64_t lo = 1, hi = std::min(layout.max_rows, def.max_bytes() / slot_bytes + 1);
+    while (lo < hi) {  // the most rows that fit: fits(lo), and not fits(hi + 1) beyond
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (fits(mid)) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    layout.max_rows = std::min(layout.max_rows, lo);
+  }
+  return layout;
+}
+
+absl::Status Validate(const TableDef& def) {
+  if (def.dim() < 1 || def.dim() > kMaxTableDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim ", def.dim(), " must be in [1, ", kMaxTableDim, "]"));
+  }
+  if (absl::Status s = ValidateRowInitializer(def.initializer()); !s.ok()) return s;
+  if (absl::Status s = ValidateOptimizerConfig(
+          def.optimizer(),
+          [](absl::string_view field) { return absl::StrCat("optimizer.", field); });
+      !s.ok()) {
+    return s;
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {
+      {"admit_after", def.admit_after()},
+      {"evict_after_steps", def.evict_after_steps()},
+      {"max_rows", def.max_rows()},
+      {"max_bytes", def.max_bytes()}};
+  for (const auto& [field, value] : non_negative) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " ", value, " must be >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(const TableDef& def) {
+  if (def.name().empty()) return absl::InvalidArgumentError("table name is empty");
+  if (def.name().size() > static_cast<size_t>(kMaxNameBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("table ", Quoted(def.name()), ": name of ",
+                                                   def.name().size(), " bytes exceeds ",
+                                                   kMaxNameBytes));
+  }
+  absl::Status s = Validate(def);
+  absl::StatusOr<Table::Layout> layout =
+      s.ok() ? MakeLayout(def) : absl::StatusOr<Table::Layout>(s);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", Quoted(def.name()), ": ", layout.status().message()));
+  }
+  return std::unique_ptr<EmbeddingTable>(new Table(def, *layout));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,579 @@
+// EmbeddingTable (src/ps/embedding_table.h): validation, initial rows, lookups and updates,
+// admission, eviction by age and by cap, memory per row, the sync accumulator, CheckPush and
+// concurrent use. Behaviour is checked from rows and from the counters of Stats().
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/keys.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ps/embedding_table.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+TableDef Def(const std::string& name, int dim, const std::string& optimizer = "sgd",
+             double lr = 1.0) {
+  TableDef def;
+  def.set_name(name);
+  def.set_dim(dim);
+  def.mutable_initializer()->set_kind("uniform");
+  def.mutable_initializer()->set_low(-0.5);
+  def.mutable_initializer()->set_high(0.5);
+  def.mutable_initializer()->set_seed(7);
+  def.mutable_optimizer()->set_name(optimizer);
+  def.mutable_optimizer()->set_learning_rate(lr);
+  return def;
+}
+
+std::unique_ptr<EmbeddingTable> Make(const TableDef& def) {
+  absl::StatusOr<std::unique_ptr<EmbeddingTable>> t = EmbeddingTable::Create(def);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::vector<float> Lookup(EmbeddingTable& t, const std::vector<uint64_t>& keys) {
+  std::vector<float> out(keys.size() * t.dim(), -999.0f);
+  t.Lookup(keys.data(), static_cast<int64_t>(keys.size()), out.data());
+  return out;
+}
+
+void Apply(EmbeddingTable& t, const std::vector<uint64_t>& keys, float g) {
+  std::vector<float> grads(keys.size() * t.dim(), g);
+  t.Apply(keys.data(), static_cast<int64_t>(keys.size()), grads.data());
+}
+
+std::vector<float> Initial(const TableDef& def, uint64_t key) {
+  std::vector<float> row(def.dim());
+  InitialRow(def.initializer(), key, def.dim(), row.data());
+  return row;
+}
+
+std::vector<float> Slice(const std::vector<float>& v, int i, int dim) {
+  return std::vector<float>(v.begin() + i * dim, v.begin() + (i + 1) * dim);
+}
+
+// ---- Create ---------------------------------------------------------------------------------
+
+TEST(EmbeddingTableCreate, RefusesEachBadFieldNamingIt) {
+  struct Case {
+    const char* what;
+    void (*change)(TableDef*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {"empty name", [](TableDef* d) { d->set_name(""); }, "name is empty"},
+      {"long name", [](TableDef* d) { d->set_name(std::string(2000, 'x')); }, "name of 2000"},
+      {"dim 0", [](TableDef* d) { d->set_dim(0); }, "dim 0 must be in [1, 65536]"},
+      {"dim too big", [](TableDef* d) { d->set_dim(65537); }, "dim 65537"},
+      {"unknown init", [](TableDef* d) { d->mutable_initializer()->set_kind("xavier"); },
+       "initializer.kind 'xavier' is unknown"},
+      {"glorot", [](TableDef* d) { d->mutable_initializer()->set_kind("glorot_uniform"); },
+       "initializer.kind 'glorot_uniform'"},
+      {"uniform low >= high", [](TableDef* d) { d->mutable_initializer()->set_low(0.5); },
+       "initializer.low 0.5 must be below initializer.high 0.5"},
+      {"uniform nan", [](TableDef* d) { d->mutable_initializer()->set_high(std::nan("")); },
+       "initializer.high nan must be finite"},
+      {"normal stddev",
+       [](TableDef* d) {
+         d->mutable_initializer()->set_kind("normal");
+         d->mutable_initializer()->set_stddev(0);
+       },
+       "initializer.stddev 0 must be > 0"},
+      {"constant inf",
+       [](TableDef* d) {
+         d->mutable_initializer()->set_kind("constant");
+         d->mutable_initializer()->set_value(INFINITY);
+       },
+       "initializer.value inf"},
+      {"momentum", [](TableDef* d) { d->mutable_optimizer()->set_name("momentum"); },
+       "optimizer.name 'momentum' is not supported for tables"},
+      {"rmsprop", [](TableDef* d) { d->mutable_optimizer()->set_name("rmsprop"); },
+       "optimizer.name 'rmsprop' is not supported"},
+      {"unknown optimizer", [](TableDef* d) { d->mutable_optimizer()->set_name("lion"); },
+       "optimizer.name"},
+      {"lr", [](TableDef* d) { d->mutable_optimizer()->set_learning_rate(-1); },
+       "optimizer.learning_rate"},
+      {"beta1", [](TableDef* d) { d->mutable_optimizer()->set_beta1(1.5); }, "optimizer.beta1"},
+      {"admit_after", [](TableDef* d) { d->set_admit_after(-1); }, "admit_after -1 must be >= 0"},
+      {"evict_after_steps", [](TableDef* d) { d->set_evict_after_steps(-2); },
+       "evict_after_steps -2 must be >= 0"},
+      {"max_rows", [](TableDef* d) { d->set_max_rows(-3); }, "max_rows -3 must be >= 0"},
+      {"max_bytes", [](TableDef* d) { d->set_max_bytes(-4); }, "max_bytes -4 must be >= 0"},
+      {"max_bytes too small", [](TableDef* d) { d->set_max_bytes(100); },
+       "max_bytes 100 cannot hold one row"},
+  };
+  for (const Case& c : cases) {
+    TableDef def = Def("emb", 8);
+    c.change(&def);
+    absl::StatusOr<std::unique_ptr<EmbeddingTable>> t = EmbeddingTable::Create(def);
+    ASSERT_FALSE(t.ok()) << c.what;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr(c.message)) << c.what;
+    if (!def.name().empty() && def.name().size() < 100) {
+      EXPECT_THAT(std::string(t.status().message()), HasSubstr("table 'emb'")) << c.what;
+    }
+  }
+}
+
+TEST(EmbeddingTableCreate, AcceptsEveryRowInitializerAndOptimizer) {
+  for (const char* opt : {"sgd", "adagrad", "adam", "ftrl"}) {
+    for (const char* kind : {"", "zeros", "constant", "uniform", "normal", "truncated_normal"}) {
+      TableDef def = Def("t", 4, opt, 0.1);
+      def.mutable_initializer()->set_kind(kind);
+      def.mutable_initializer()->set_stddev(0.1);
+      absl::StatusOr<std::unique_ptr<EmbeddingTable>> t = EmbeddingTable::Create(def);
+      EXPECT_TRUE(t.ok()) << opt << " " << kind << ": " << t.status();
+    }
+  }
+  EXPECT_EQ(Make(Def("t", 16, "sgd"))->floats_per_row(), 16);
+  EXPECT_EQ(Make(Def("t", 16, "adagrad"))->floats_per_row(), 32);
+  EXPECT_EQ(Make(Def("t", 16, "adam"))->floats_per_row(), 48);
+  EXPECT_EQ(Make(Def("t", 16, "ftrl"))->floats_per_row(), 48);
+}
+
+// ---- Initial rows ---------------------------------------------------------------------------
+
+TEST(EmbeddingTableInit, InitialRowsAreDeterministicAndFollowTheInitializer) {
+  InitializerDef init;
+  init.set_seed(42);
+  std::vector<float> a(1000), b(1000);
+  for (const char* kind : {"uniform", "normal", "truncated_normal"}) {
+    init.set_kind(kind);
+    init.set_low(-0.25);
+    init.set_high(0.75);
+    init.set_mean(1.0);
+    init.set_stddev(0.5);
+    InitialRow(init, 12345, 1000, a.data());
+    InitialRow(init, 12345, 1000, b.data());
+    EXPECT_EQ(a, b) << kind;
+    InitialRow(init, 12346, 1000, b.data());
+    EXPECT_NE(a, b) << kind << ": another key, another row";
+    const double mean = std::accumulate(a.begin(), a.end(), 0.0) / 1000;
+    double var = 0;
+    for (float x : a) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / 1000);
+    if (std::string(kind) == "uniform") {
+      for (float x : a) ASSERT_TRUE(x >= -0.25f && x < 0.75f) << x;
+      EXPECT_NEAR(mean, 0.25, 0.03);
+      EXPECT_NEAR(sd, 1.0 / std::sqrt(12.0), 0.03);
+    } else if (std::string(kind) == "normal") {
+      EXPECT_NEAR(mean, 1.0, 0.05);
+      EXPECT_NEAR(sd, 0.5, 0.04);
+    } else {
+      for (float x : a) ASSERT_TRUE(x >= 0.0f && x <= 2.0f) << x;  // mean +- 2 stddev
+      EXPECT_NEAR(mean, 1.0, 0.05);
+      EXPECT_NEAR(sd, 0.5 * 0.8796, 0.04);  // the stddev of a normal truncated at 2 sigma
+    }
+  }
+  init.set_kind("constant");
+  init.set_value(0.5);
+  InitialRow(init, 1, 3, a.data());
+  EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + 3), std::vector<float>(3, 0.5f));
+  init.set_kind("zeros");
+  InitialRow(init, 1, 3, a.data());
+  EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + 3), std::vector<float>(3, 0.0f));
+}
+
+TEST(EmbeddingTableInit, TheSameKeyGetsTheSameRowWhateverTheShardingAndOrder) {
+  // One table holding all keys, versus 2 and 3 tables holding the keys PsOfKey gives them and
+  // touched in another order: the rows agree.
+  const TableDef def = Def("emb", 8);
+  std::vector<uint64_t> keys(300);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = MixKey(i) >> (i % 40);
+  auto one = Make(def);
+  const std::vector<float> all = Lookup(*one, keys);
+  for (int num_ps : {2, 3}) {
+    std::vector<std::unique_ptr<EmbeddingTable>> shards;
+    std::vector<std::vector<uint64_t>> by_ps(num_ps);
+    for (int p = 0; p < num_ps; ++p) shards.push_back(Make(def));
+    for (auto it = keys.rbegin(); it != keys.rend(); ++it)
+      by_ps[PsOfKey(*it, num_ps)].push_back(*it);
+    for (int p = 0; p < num_ps; ++p) {
+      const std::vector<float> rows = Lookup(*shards[p], by_ps[p]);
+      for (size_t i = 0; i < by_ps[p].size(); ++i) {
+        const size_t at = std::find(keys.begin(), keys.end(), by_ps[p][i]) - keys.begin();
+        ASSERT_EQ(Slice(rows, i, 8), Slice(all, at, 8)) << "key " << by_ps[p][i] << " " << num_ps;
+      }
+    }
+  }
+  EXPECT_EQ(Slice(all, 0, 8), Initial(def, keys[0]));
+}
+
+// ---- Lookup and Apply -----------------------------------------------------------------------
+
+TEST(EmbeddingTable, LookupCreatesRowsAndSgdUpdatesThem) {
+  const TableDef def = Def("emb", 4, "sgd", 0.5);
+  auto t = Make(def);
+  const std::vector<float> rows = Lookup(*t, {10, 20});
+  EXPECT_EQ(Slice(rows, 0, 4), Initial(def, 10));
+  EXPECT_EQ(Slice(rows, 1, 4), Initial(def, 20));
+  TableStats s = t->Stats();
+  EXPECT_EQ(s.rows(), 2);
+  EXPECT_EQ(s.admitted(), 2);
+  EXPECT_EQ(s.keys_looked_up(), 2);
+  EXPECT_EQ(s.version(), 0u);
+
+  const std::vector<uint64_t> keys = {20};
+  const std::vector<float> g = {1, 2, 3, 4};
+  EXPECT_EQ(t->Apply(keys.data(), 1, g.data()), 1u);
+  std::vector<float> want = Initial(def, 20);
+  for (int i = 0; i < 4; ++i) want[i] += -0.5f * g[i];
+  EXPECT_EQ(t->Row(20)->row, want);
+  EXPECT_EQ(t->Row(10)->row, Initial(def, 10));
+  EXPECT_EQ(Slice(Lookup(*t, {20}), 0, 4), want);
+  EXPECT_FALSE(t->Row(30).has_value());
+
+  s = t->Stats();
+  EXPECT_EQ(s.name(), "emb");
+  EXPECT_EQ(s.dim(), 4);
+  EXPECT_EQ(s.version(), 1u);
+  EXPECT_EQ(s.rows(), 2);
+  EXPECT_EQ(s.keys_looked_up(), 3);
+  EXPECT_EQ(s.gradient_rows_applied(), 1);
+  EXPECT_EQ(s.payload_bytes_per_row(), 16);
+  EXPECT_GT(s.bytes(), 2 * 16);
+  EXPECT_EQ(t->version(), 1u);
+}
+
+TEST(EmbeddingTable, AdagradFollowsTorchsRuleWithInitialAccumulator) {
+  TableDef def = Def("emb", 3, "adagrad", 0.1);
+  def.mutable_optimizer()->set_initial_accumulator_value(0.5);
+  auto t = Make(def);
+  Lookup(*t, {5});
+  std::vector<float> w = Initial(def, 5), sum(3, 0.5f);
+  const std::vector<uint64_t> keys = {5};
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> g = {0.5f * step + 0.1f, -1.0f, 2.0f};
+    t->Apply(keys.data(), 1, g.data());
+    for (int i = 0; i < 3; ++i) {
+      sum[i] += g[i] * g[i];
+      w[i] += -0.1f * (g[i] / (std::sqrt(sum[i]) + 1e-10f));
+    }
+  }
+  const auto row = t->Row(5);
+  ASSERT_TRUE(row.has_value());
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(row->row[i], w[i]);
+  ASSERT_EQ(row->slots.size(), 1u);
+  EXPECT_EQ(row->slots[0].first, "sum");
+  for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(row->slots[0].second[i], sum[i]);
+}
+
+TEST(EmbeddingTable, ClipNormScalesTheWholePush) {
+  TableDef def = Def("emb", 2, "sgd", 1.0);
+  def.mutable_initializer()->set_kind("zeros");
+  def.mutable_optimizer()->set_clip_norm(1.0);
+  auto t = Make(def);
+  Lookup(*t, {1, 2});
+  const std::vector<uint64_t> keys = {1, 2};
+  const std::vector<float> g = {3, 0, 0, 4};  // norm 5 over both rows
+  t->Apply(keys.data(), 2, g.data());
+  EXPECT_EQ(t->Row(1)->row, (std::vector<float>{-0.6f, 0}));
+  EXPECT_EQ(t->Row(2)->row, (std::vector<float>{0, -0.8f}));
+}
+
+TEST(EmbeddingTable, LearningRateFollowsTheScheduleOnTheTablesVersion) {
+  TableDef def = Def("emb", 1, "sgd", 1.0);
+  def.mutable_initializer()->set_kind("zeros");
+  def.mutable_optimizer()->mutable_schedule()->set_kind("step");
+  def.mutable_optimizer()->mutable_schedule()->set_step_size(1);
+  def.mutable_optimizer()->mutable_schedule()->set_decay_rate(0.5);
+  auto t = Make(def);
+  Lookup(*t, {1});
+  for (int i = 0; i < 3; ++i) Apply(*t, {1}, 1.0f);  // lr 1, 0.5, 0.25
+  EXPECT_FLOAT_EQ(t->Row(1)->row[0], -1.75f);
+}
+
+TEST(EmbeddingTable, CheckPushNamesTableAndKeyOfARowNeverLookedUp) {
+  auto t = Make(Def("clicks", 2));
+  Lookup(*t, {1, 2});
+  const std::vector<uint64_t> good = {1, 2}, bad = {1, 77};
+  EXPECT_TRUE(t->CheckPush(good.data(), 2).ok());
+  const absl::Status s = t->CheckPush(bad.data(), 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("table 'clicks': key 77 was never looked up"));
+  EXPECT_EQ(t->version(), 0u);  // changes nothing
+
+  // With admission or eviction a missing row is expected: the push is accepted and dropped.
+  TableDef def = Def("clicks", 2);
+  def.set_admit_after(3);
+  auto admitting = Make(def);
+  EXPECT_TRUE(admitting->CheckPush(bad.data(), 2).ok());
+  def = Def("clicks", 2);
+  def.set_max_rows(10);
+  EXPECT_TRUE(Make(def)->CheckPush(bad.data(), 2).ok());
+}
+
+// ---- Sync accumulator -----------------------------------------------------------------------
+
+TEST(EmbeddingTable, ApplyAccumulatedEqualsApplyOfTheMean) {
+  for (const char* opt : {"sgd", "adagrad", "adam", "ftrl"}) {
+    const TableDef def = Def("emb", 3, opt, 0.1);
+    auto acc = Make(def), direct = Make(def);
+    const std::vector<uint64_t> all = {1, 2, 3};
+    Lookup(*acc, all);
+    Lookup(*direct, all);
+    // Three workers: key 1 from all, key 2 from two, key 3 from one.
+    const std::vector<uint64_t> k0 = {1, 2}, k1 = {2, 1, 3}, k2 = {1};
+    const std::vector<float> g0 = {1, 2, 3, 4, 5, 6}, g1 = {-1, 0.5f, 2, 7, 8, 9, 1, 1, 1},
+                             g2 = {0.25f, 0.5f, 0.75f};
+    acc->Accumulate(k0.data(), 2, g0.data());
+    acc->Accumulate(k1.data(), 3, g1.data());
+    acc->Accumulate(k2.data(), 1, g2.data());
+    EXPECT_EQ(acc->version(), 0u);
+    EXPECT_EQ(acc->ApplyAccumulated(3), 1u);
+    std::vector<float> mean(9);
+    for (int i = 0; i < 3; ++i) {
+      mean[i] = (g0[i] + g1[3 + i] + g2[i]) / 3.0f;  // key 1, summed in arrival order
+      mean[3 + i] = (g0[3 + i] + g1[i]) / 3.0f;      // key 2
+      mean[6 + i] = g1[6 + i] / 3.0f;                // key 3
+    }
+    direct->Apply(all.data(), 3, mean.data());
+    for (uint64_t k : all) {
+      EXPECT_EQ(acc->Row(k)->row, direct->Row(k)->row) << opt << " key " << k;
+      EXPECT_EQ(acc->Row(k)->slots, direct->Row(k)->slots) << opt << " key " << k;
+    }
+    EXPECT_EQ(acc->ApplyAccumulated(3), 2u) << "an empty step still counts";
+    EXPECT_EQ(acc->Row(1)->row, direct->Row(1)->row);
+  }
+}
+
+// ---- Admission ------------------------------------------------------------------------------
+
+TEST(EmbeddingTableAdmission, AKeyGetsARowOnItsKthLookup) {
+  for (bool zeros : {false, true}) {
+    TableDef def = Def("emb", 4);
+    def.set_admit_after(3);
+    def.set_unadmitted_zeros(zeros);
+    auto t = Make(def);
+    const std::vector<float> unadmitted = zeros ? std::vector<float>(4, 0.0f) : Initial(def, 9);
+    for (int i = 1; i <= 2; ++i) {
+      EXPECT_EQ(Lookup(*t, {9}), unadmitted) << "lookup " << i << " zeros " << zeros;
+      Apply(*t, {9}, 1.0f);  // dropped: no row yet
+      EXPECT_FALSE(t->Row(9).has_value());
+    }
+    TableStats s = t->Stats();
+    EXPECT_EQ(s.rows(), 0);
+    EXPECT_EQ(s.admitted(), 0);
+    EXPECT_EQ(s.filtered_lookups(), 2);
+    EXPECT_EQ(s.filtered_gradients(), 2);
+    EXPECT_EQ(s.gradient_rows_applied(), 0);
+    EXPECT_EQ(s.version(), 2u);
+
+    // The third lookup admits: the row starts from the initializer, untouched by the dropped
+    // gradients.
+    EXPECT_EQ(Lookup(*t, {9}), Initial(def, 9));
+    s = t->Stats();
+    EXPECT_EQ(s.rows(), 1);
+    EXPECT_EQ(s.admitted(), 1);
+    EXPECT_EQ(s.filtered_lookups(), 2);
+    Apply(*t, {9}, 1.0f);
+    std::vector<float> want = Initial(def, 9);
+    for (float& x : want) x -= 1.0f;
+    EXPECT_EQ(t->Row(9)->row, want);
+    EXPECT_EQ(t->Stats().gradient_rows_applied(), 1);
+  }
+}
+
+TEST(EmbeddingTableAdmission, ZeroAndOneAdmitAtOnce) {
+  for (int k : {0, 1}) {
+    TableDef def = Def("emb", 2);
+    def.set_admit_after(k);
+    auto t = Make(def);
+    Lookup(*t, {1});
+    EXPECT_TRUE(t->Row(1).has_value()) << k;
+    EXPECT_EQ(t->Stats().filtered_lookups(), 0) << k;
+  }
+}
+
+// ---- Eviction -------------------------------------------------------------------------------
+
+TEST(EmbeddingTableEviction, RowsNotUpdatedForTStepsAreEvicted) {
+  TableDef def = Def("emb", 2);
+  def.set_evict_after_steps(3);
+  auto t = Make(def);
+  Lookup(*t, {1, 2, 3});  // created at version 0
+  Apply(*t, {1}, 0.1f);   // version 1: row 1 updated at 1
+  Apply(*t, {2}, 0.1f);   // version 2: row 2 updated at 2
+  EXPECT_EQ(t->Stats().evicted_by_age(), 0);
+  Apply(*t, {2}, 0.1f);  // version 3: row 3, untouched since 0, is 3 steps old
+  EXPECT_FALSE(t->Row(3).has_value());
+  EXPECT_TRUE(t->Row(1).has_value());
+  EXPECT_EQ(t->Stats().evicted_by_age(), 1);
+  Apply(*t, {2}, 0.1f);  // version 4: row 1, updated at 1
+  EXPECT_FALSE(t->Row(1).has_value());
+  EXPECT_TRUE(t->Row(2).has_value());
+  TableStats s = t->Stats();
+  EXPECT_EQ(s.evicted_by_age(), 2);
+  EXPECT_EQ(s.rows(), 1);
+  EXPECT_EQ(s.evicted_by_cap(), 0);
+  // An evicted key's gradient is dropped and counted; a lookup gives it a fresh row.
+  Apply(*t, {1}, 0.1f);
+  EXPECT_EQ(t->Stats().filtered_gradients(), 1);
+  EXPECT_EQ(Lookup(*t, {1}), Initial(def, 1));
+}
+
+TEST(EmbeddingTableEviction, RowCapEvictsTheLeastRecentlyUpdatedFirst) {
+  TableDef def = Def("emb", 2);
+  def.set_max_rows(4);
+  auto t = Make(def);
+  Lookup(*t, {1, 2, 3, 4});
+  Apply(*t, {3}, 0.1f);
+  Apply(*t, {1}, 0.1f);  // order of last update, oldest first: 2, 4, 3, 1
+  Lookup(*t, {5});       // evicts 2
+  EXPECT_FALSE(t->Row(2).has_value());
+  Lookup(*t, {6, 7});  // evicts 4, 3
+  for (uint64_t k : {2, 3, 4}) EXPECT_FALSE(t->Row(k).has_value()) << k;
+  for (uint64_t k : {1, 5, 6, 7}) EXPECT_TRUE(t->Row(k).has_value()) << k;
+  TableStats s = t->Stats();
+  EXPECT_EQ(s.rows(), 4);
+  EXPECT_EQ(s.evicted_by_cap(), 3);
+  EXPECT_EQ(s.evicted_by_age(), 0);
+  EXPECT_EQ(s.admitted(), 7);
+}
+
+TEST(EmbeddingTableEviction, ABatchLargerThanTheCapReturnsEveryRow) {
+  TableDef def = Def("emb", 3);
+  def.set_max_rows(2);
+  auto t = Make(def);
+  const std::vector<uint64_t> keys = {11, 12, 13, 14, 15};
+  const std::vector<float> rows = Lookup(*t, keys);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(Slice(rows, i, 3), Initial(def, keys[i]));
+  EXPECT_EQ(t->Stats().rows(), 2);
+  EXPECT_TRUE(t->Row(14).has_value());
+  EXPECT_TRUE(t->Row(15).has_value());
+  // Pushing all five updates the two held and drops the rest.
+  Apply(*t, keys, 1.0f);
+  EXPECT_EQ(t->Stats().gradient_rows_applied(), 2);
+  EXPECT_EQ(t->Stats().filtered_gradients(), 3);
+}
+
+TEST(EmbeddingTableEviction, ByteCapBoundsTheMemory) {
+  for (const char* opt : {"sgd", "adagrad", "adam"}) {
+    for (int admit : {0, 2}) {
+      TableDef def = Def("emb", 16, opt, 0.01);
+      def.set_max_bytes(int64_t{8} << 20);
+      def.set_admit_after(admit);
+      auto t = Make(def);
+      std::vector<uint64_t> keys(20000);
+      int64_t most_rows = 0;
+      for (uint64_t batch = 0; batch < 40; ++batch) {
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = batch * 7919 + i;  // overlapping
+        Lookup(*t, keys);
+        Apply(*t, keys, 0.5f);
+        const TableStats s = t->Stats();
+        ASSERT_LE(s.bytes(), def.max_bytes()) << opt << " batch " << batch;
+        most_rows = std::max(most_rows, s.rows());
+      }
+      const TableStats s = t->Stats();
+      EXPECT_GT(s.evicted_by_cap(), 0) << opt;
+      // The cap is used, not wasted: rows' payload takes a good part of it (the rest goes to
+      // bookkeeping, the index and at most a quarter to admission counts).
+      std::printf("%s admit_after %d: %lld rows under %lld bytes\n", opt, admit,
+                  static_cast<long long>(most_rows), static_cast<long long>(def.max_bytes()));
+      EXPECT_GT(most_rows * s.payload_bytes_per_row(), def.max_bytes() / 4) << opt << " " << admit;
+    }
+  }
+}
+
+// A stream of 10 million distinct keys through a table with a row cap and admission: rows stay
+// under the cap and memory (the admission counts included) stays bounded throughout.
+TEST(EmbeddingTableEviction, TenMillionDistinctKeysStayUnderTheCap) {
+  TableDef def = Def("emb", 8, "adagrad", 0.01);
+  def.set_max_rows(100000);
+  def.set_admit_after(2);
+  auto t = Make(def);
+  constexpr int kBatch = 50000;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<float> out(kBatch * 8), grads(kBatch * 8, 0.1f);
+  int64_t bytes_after_warmup = 0, most_bytes = 0;
+  for (int64_t b = 0; b < 10000000 / kBatch; ++b) {
+    // Half of each batch repeats the previous batch's second half, so those keys reach their
+    // second lookup and are admitted; all others are new.
+    for (int i = 0; i < kBatch; ++i) keys[i] = MixKey(b * kBatch / 2 + i);
+    t->Lookup(keys.data(), kBatch, out.data());
+    t->Apply(keys.data(), kBatch, grads.data());
+    const TableStats s = t->Stats();
+    ASSERT_LE(s.rows(), 100000) << "batch " << b;
+    if (b == 20) bytes_after_warmup = s.bytes();
+    most_bytes = std::max(most_bytes, s.bytes());
+  }
+  const TableStats s = t->Stats();
+  EXPECT_EQ(s.rows(), 100000);
+  EXPECT_GT(s.evicted_by_cap(), 1000000);
+  EXPECT_GT(s.filtered_lookups(), 1000000);
+  EXPECT_GT(s.admitted(), 1000000);
+  // Rows (128 B with index and bookkeeping ~ 40 B more) and at most 2^17 pending counts.
+  EXPECT_LT(most_bytes, 100000 * 200 + (int64_t{1} << 17) * 40);
+  EXPECT_LE(most_bytes, bytes_after_warmup * 5 / 4);
+}
+
+// ---- Memory ---------------------------------------------------------------------------------
+
+TEST(EmbeddingTableMemory, AdagradDim16RowsCostAtMostOneAndAHalfTimesTheirPayload) {
+  auto t = Make(Def("emb", 16, "adagrad", 0.1));
+  constexpr int64_t kRows = 1000000, kBatch = 100000;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<float> out(kBatch * 16);
+  double worst = 0;
+  for (int64_t b = 0; b < kRows / kBatch; ++b) {
+    for (int64_t i = 0; i < kBatch; ++i) keys[i] = MixKey(b * kBatch + i);
+    t->Lookup(keys.data(), kBatch, out.data());
+    const TableStats s = t->Stats();
+    worst = std::max(worst, static_cast<double>(s.bytes()) / s.rows());
+  }
+  const TableStats s = t->Stats();
+  ASSERT_EQ(s.rows(), kRows);
+  EXPECT_EQ(s.payload_bytes_per_row(), 128);
+  const double per_row = static_cast<double>(s.bytes()) / s.rows();
+  std::printf("bytes per row at %lld rows: %.1f (payload 128, %.3fx); worst from 100k rows: %.1f\n",
+              static_cast<long long>(kRows), per_row, per_row / 128, worst);
+  EXPECT_LE(per_row, 1.5 * 128);
+  EXPECT_GT(per_row, 128 + 24);  // the payload and the bookkeeping are all counted
+}
+
+// ---- Concurrency ----------------------------------------------------------------------------
+
+TEST(EmbeddingTableConcurrency, ConcurrentLookupsAndUpdatesLoseNothing) {
+  TableDef def = Def("emb", 4, "sgd", 1.0);
+  def.mutable_initializer()->set_kind("constant");
+  def.mutable_initializer()->set_value(0.0);
+  auto t = Make(def);
+  constexpr int kThreads = 4, kRounds = 2000;
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&t, th] {
+      std::vector<uint64_t> keys(8);
+      std::vector<float> out(8 * 4), grads(8 * 4, 1.0f);
+      for (int r = 0; r < kRounds; ++r) {
+        // Keys 0..15, each thread a sliding window of 8: heavy overlap.
+        for (int i = 0; i < 8; ++i) keys[i] = (th + r + i) % 16;
+        t->Lookup(keys.data(), 8, out.data());
+        t->Apply(keys.data(), 8, grads.data());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  float total = 0;
+  for (uint64_t k = 0; k < 16; ++k) {
+    const auto row = t->Row(k);
+    ASSERT_TRUE(row.has_value());
+    for (float x : row->row) EXPECT_EQ(x, row->row[0]) << k;
+    total += -row->row[0];
+  }
+  EXPECT_EQ(total, kThreads * kRounds * 8.0f);
+  EXPECT_EQ(t->version(), uint64_t{kThreads * kRounds});
+  EXPECT_EQ(t->Stats().gradient_rows_applied(), kThreads * kRounds * 8);
+}
+
+}  // namespace
+}  // namespace pstrain
