@@ -11,10 +11,10 @@
 // with w a table of dim 1 ("wide"), v a table of dim --dim ("fm") and bias a dense variable.
 // After training the workers meet at a barrier and each scores the same held-out clicks; it
 // prints one JSON line:
-//   {"task": 0, "mode": "sync", "steps": 300, "auc": 0.78, "truth_auc": 0.79,
+//   {"task": 0, "mode": "sync", "steps": 400, "auc": 0.83, "truth_auc": 0.85,
 //    "logloss": 0.52, "initial_logloss": 0.69, "rows": 16000, ...}
 // where truth_auc is the hidden model's own AUC on those clicks, the best any model can reach.
-// Flags (--name=value): --steps 300 --batch 256 --fields 8 --ids 1000 --dim 8 --lr 0.1
+// Flags (--name=value): --steps 400 --batch 256 --fields 8 --ids 200 --dim 8 --lr 0.1
 // --test 5000 --timeout 60.
 #include <algorithm>
 #include <array>
@@ -35,7 +35,7 @@
 namespace {
 
 struct Flags {
-  int steps = 300, batch = 256, fields = 8, ids = 1000, dim = 8, test = 5000;
+  int steps = 400, batch = 256, fields = 8, ids = 200, dim = 8, test = 5000;
   double lr = 0.1, timeout = 60;
 };
 
@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<int> fm =
       client.CreateTable({.name = "fm",
                           .dim = flags.dim,
-                          .initializer = {.kind = "normal", .stddev = 0.01, .seed = 3},
+                          .initializer = {.kind = "normal", .stddev = 0.1, .seed = 3},
                           .optimizer = adagrad});
   check(fm.status(), "create table fm");
 
