@@ -124,6 +124,16 @@ TEST(PsTablesSyncTest, ALookupThatWaitsTooLongSaysWhichWorkersTheStepLacks) {
                                  HasSubstr("lacks gradients from worker:1 (it has 1 of 2)")));
 }
 
+TEST(PsTablesSyncTest, AWaitingLookupEndsWhenTheServerStops) {
+  std::unique_ptr<ParameterServer> ps = SyncPs();
+  AsyncLookup next(ps.get(), LookupReq(Worker(0), {{"emb", KeyBytes({1})}}, 1));
+  EXPECT_FALSE(next.done());
+  ps->Stop();
+  ASSERT_TRUE(next.done());
+  EXPECT_EQ(next.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(next.resp.tables_size(), 0);
+}
+
 TEST(PsTablesSspTest, ALookupWithAClockTooFarAheadWaitsForTheSlowestWorker) {
   const ConfigureRequest config = Config("ssp", 2, 0, /*staleness=*/1, 60, {});
   std::unique_ptr<ParameterServer> ps = MakePs(&config);

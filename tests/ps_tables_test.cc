@@ -2,10 +2,13 @@
 // lookups and sparse pushes in async mode, every refused request leaving rows and counters as
 // they were, and who may call what.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/limits.h"
@@ -78,6 +81,50 @@ TEST(PsTablesTest, ALookupOfSeveralTablesAnswersInRequestOrder) {
   EXPECT_THAT(Floats(resp.tables(1).rows()), ElementsAre(1, 1, 1, 1));
   ASSERT_TRUE(ps->Lookup(LookupReq(Worker(0), {}), &resp).ok());
   EXPECT_EQ(resp.tables_size(), 0);
+}
+
+TEST(PsTablesTest, ConcurrentSparsePushesAreNeverLost) {
+  std::unique_ptr<ParameterServer> ps = MakePs();
+  ASSERT_TRUE(CreateTables(ps.get(), {TableOf("emb", 8, 0.0f)}).ok());
+  Rows(ps.get(), "emb", {1, 2});
+  constexpr int kThreads = 4, kPushes = 200;
+  std::vector<std::vector<uint64_t>> versions(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPushes; ++i) {
+        PushSparseResponse resp;
+        absl::Status s = PushSparse(ps.get(), Worker(t),
+                                    {Grad("emb", {2, 1}, std::vector<float>(16, 1.0f), 0)}, &resp);
+        ASSERT_TRUE(s.ok()) << s;
+        versions[t].push_back(resp.versions(0));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<uint64_t> all;
+  for (const auto& v : versions) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  std::vector<uint64_t> expected(kThreads * kPushes);
+  std::iota(expected.begin(), expected.end(), 1);
+  EXPECT_EQ(all, expected) << "every push is one update, with a version of its own";
+  EXPECT_EQ(Rows(ps.get(), "emb", {1, 2}), std::vector<float>(16, -kThreads * kPushes));
+}
+
+TEST(PsTablesTest, GradientsOfKeysNotAdmittedYetAreDroppedAndCounted) {
+  std::unique_ptr<ParameterServer> ps = MakePs();
+  TableDef def = TableOf("emb", 2, 0.5f);
+  def.set_admit_after(2);
+  def.set_unadmitted_zeros(true);
+  ASSERT_TRUE(CreateTables(ps.get(), {def}).ok());
+  EXPECT_THAT(Rows(ps.get(), "emb", {1, 2}), ElementsAre(0, 0, 0, 0));
+  EXPECT_THAT(Rows(ps.get(), "emb", {1}), ElementsAre(0.5f, 0.5f)) << "seen twice: admitted";
+  ASSERT_TRUE(PushSparse(ps.get(), Worker(0), {Grad("emb", {1, 2}, {1, 1, 1, 1}, 0)}).ok());
+  EXPECT_THAT(Rows(ps.get(), "emb", {1}), ElementsAre(-0.5f, -0.5f));
+  const TableStats stats = Stats(ps.get()).tables(0);
+  EXPECT_EQ(stats.admitted(), 1);
+  EXPECT_EQ(stats.filtered_gradients(), 1);
+  EXPECT_EQ(stats.gradient_rows_applied(), 1);
 }
 
 // Everything a refused request could have touched: rows, versions and counters. Taking it looks

@@ -4,6 +4,7 @@
 // and their sync steps).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,6 +79,15 @@ struct Table {
   // completes), so a step's contributors and its accumulator agree.
   absl::Mutex mu;
   Contributors contributors ABSL_GUARDED_BY(mu);
+  // rows->version() as of the last update applied, for the waits of lookups, which are checked
+  // under Consistency's lock and must not wait there for the table's own lock (held while a
+  // large lookup or update runs).
+  std::atomic<uint64_t> version{0};
+  void Publish(uint64_t v) {
+    uint64_t at = version.load();
+    while (at < v && !version.compare_exchange_weak(at, v)) {
+    }
+  }
 };
 using TablePtr = std::shared_ptr<Table>;
 

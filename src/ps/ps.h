@@ -107,11 +107,13 @@ class ParameterServer {
   // counted in nonfinite_rejected) and for keys that are not whole uint64s, more than
   // kMaxKeysPerRequest keys, a key repeated within one table, rows that are not keys x dim
   // floats, a read_version newer than the table, or a key that was never looked up
-  // (EmbeddingTable::CheckPush). In sync mode a table's gradient joins the aggregate of the step
-  // it was read at, and the step applies the average over its gradients once it has as many as
-  // a dense step needs (a gradient with no keys still counts as one, so every worker sends every
-  // table each step); a gradient for an older step is dropped and counted (resp->stale_dropped).
-  // resp->versions holds each table's version after the push, in request order.
+  // (EmbeddingTable::CheckPush). A gradient with no keys is an update like any other: in async
+  // and ssp mode it bumps the version, and in sync mode it counts as one of its step's gradients,
+  // so a worker sends every table to every PS each step. In sync mode a table's gradient joins
+  // the aggregate of the step it was read at, and the step applies the average over its
+  // gradients once it has as many as a dense step needs; a gradient for an older step is dropped
+  // and counted (resp->stale_dropped). resp->versions holds each table's version after the push,
+  // in request order.
   virtual absl::Status PushSparse(const PushSparseRequest& req, PushSparseResponse* resp) = 0;
 
   // The worker finished (it no longer counts for ssp clocks and sync steps, and may not push

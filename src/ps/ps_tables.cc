@@ -188,7 +188,7 @@ absl::Status ParameterServerImpl::ValidateLookup(const LookupRequest& req,
 bool ParameterServerImpl::TablesReady(const std::vector<TableSlice>& slices, uint64_t min_version) {
   std::optional<uint64_t> step;
   for (const TableSlice& s : slices) {
-    const uint64_t v = s.table->rows->version();
+    const uint64_t v = s.table->version.load();
     if (v < min_version || (step && *step != v)) return false;
     step = v;
   }
@@ -199,7 +199,7 @@ std::string ParameterServerImpl::TablesWaitReason(const std::vector<TableSlice>&
                                                   uint64_t min_version) {
   for (const TableSlice& s : slices) {
     absl::MutexLock lock(&s.table->mu);
-    const uint64_t at = s.table->rows->version();
+    const uint64_t at = s.table->version.load();
     if (at >= min_version) continue;
     const Contributors& have = s.table->contributors;
     return absl::StrCat("step ", min_version, ": ", TableWhere(*s.name), " is at step ", at,
@@ -351,6 +351,7 @@ uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read
   Table* table = slice.table.get();
   if (mode != Mode::kSync) {
     const uint64_t version = table->rows->Apply(slice.keys, slice.n, slice.rows);
+    table->Publish(version);
     consistency_.counters.pushes_applied++;
     consistency_.counters.updates_applied++;
     *updated = true;
@@ -381,7 +382,8 @@ bool ParameterServerImpl::MaybeApplyTableStep(Table* table) {
   if (have == 0 || have < static_cast<size_t>(consistency_.StepThreshold(table->contributors))) {
     return false;
   }
-  table->rows->ApplyAccumulated(static_cast<int>(have));  // the average of the step's gradients
+  // The average of the step's gradients.
+  table->Publish(table->rows->ApplyAccumulated(static_cast<int>(have)));
   table->contributors.clear();
   consistency_.counters.updates_applied++;
   return true;
