@@ -254,6 +254,29 @@ TEST(TableClient, WrongShapesAreRefusedNamingTheTable) {
   EXPECT_THAT(s.message(), AllOf(HasSubstr("\"emb\""), HasSubstr("dim 4")));
 }
 
+TEST(TableClient, ErrorsOfThePsNameTheTableTheKeyAndThePs) {
+  Cluster c(2);
+  const std::vector<TableDef> defs = {Def("emb", 4)};
+  c.Create(defs);
+  std::unique_ptr<TableClient> client = c.Client(defs);
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client->Lookup({{1, 2, 3}}, &rows).ok());
+  // A push for a key never looked up changes nothing on the PS that holds the key (each PS
+  // applies its part of a push whole or not at all).
+  const uint64_t never = 123456789;
+  absl::Status s = client->Push({{1, never}}, {std::vector<float>(8, 1.f)});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("PushSparse at ps:" + std::to_string(PsOfKey(never, 2))),
+                                 HasSubstr("'emb'"), HasSubstr("key 123456789")));
+  EXPECT_EQ(c.Stats(PsOfKey(never, 2), "emb").version(), 0u);
+
+  // A client that believes in another dim learns it from the rows.
+  const std::vector<TableDef> wrong = {Def("emb", 8)};
+  s = c.Client(wrong)->Lookup({{1, 2, 3}}, &rows);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("\"emb\" has rows of 4 floats"), HasSubstr("dim 8")));
+}
+
 TEST(TableClient, ABatchPastTheRequestLimitsIsSplitNotRefused) {
   Cluster c(2);
   const std::vector<TableDef> defs = {Def("small", 1, "zeros"), Def("wide", 16, "zeros")};

@@ -104,6 +104,8 @@ class TableClient::Impl {
   };
 
   absl::Status CheckTableCount(const char* what, size_t n) const;
+  // OK if `resp` holds the rows of part `p`: one row of the table's dim per key.
+  absl::Status CheckRows(const Part& p, const LookupResponse& resp) const;
   void GroupByPs(size_t t, const uint64_t* keys, size_t n);
   // Plans requests over the current groups: a table's keys on a PS travel in as few requests
   // as the limits allow. With `every_table`, every PS gets a request naming every table.
@@ -138,6 +140,24 @@ absl::Status TableClient::Impl::CheckTableCount(const char* what, size_t n) cons
   if (n == tables_.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(what, " of keys for ", n, " tables, but the client has ", tables_.size()));
+}
+
+absl::Status TableClient::Impl::CheckRows(const Part& p, const LookupResponse& resp) const {
+  const TableRef& table = tables_[p.table];
+  const size_t keys = p.end - p.begin;
+  const size_t bytes = p.entry < resp.tables_size() ? resp.tables(p.entry).rows().size() : 0;
+  if (p.entry < resp.tables_size() && bytes == keys * table.dim * sizeof(float)) {
+    return absl::OkStatus();
+  }
+  const std::string where =
+      absl::StrCat("Lookup at ", TaskName("ps", p.ps), ": table \"", table.name, "\"");
+  if (keys > 0 && bytes % (keys * sizeof(float)) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " has rows of ", bytes / (keys * sizeof(float)),
+                     " floats, but this client was made for dim ", table.dim));
+  }
+  return absl::InternalError(absl::StrCat(where, ": the answer has ", bytes, " bytes of rows for ",
+                                          keys, " keys of dim ", table.dim));
 }
 
 void TableClient::Impl::GroupByPs(size_t t, const uint64_t* keys, size_t n) {
@@ -255,14 +275,7 @@ absl::Status TableClient::Impl::Lookup(const std::vector<std::vector<uint64_t>>&
     const LookupResponse& resp = lookup_resps_[p.request];
     const TableRef& table = tables_[p.table];
     const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
-    if (p.entry >= resp.tables_size() ||
-        resp.tables(p.entry).rows().size() != (p.end - p.begin) * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "Lookup at ", TaskName("ps", p.ps), ": the answer for table \"", table.name, "\" has ",
-          p.entry < resp.tables_size() ? resp.tables(p.entry).rows().size() : 0, " bytes of rows, ",
-          "expected ", (p.end - p.begin) * row_bytes, " (", p.end - p.begin, " keys of dim ",
-          table.dim, ")"));
-    }
+    if (absl::Status st = CheckRows(p, resp); !st.ok()) return st;
     const char* src = resp.tables(p.entry).rows().data();
     float* out = (*rows)[p.table].data();
     const std::vector<uint32_t>& order = groups_[p.table].order;
