@@ -58,9 +58,9 @@ class KeyIndex {
   uint32_t epoch_ = 0;
 };
 
-// Calls copy(j, position, count) for each run of consecutive positions order[j .. j + count)
-// within order[begin, end), so that keys already grouped by PS (one PS, or sorted input) are
-// copied in one piece rather than row by row.
+// Splits order[begin, end) into runs of consecutive positions and calls copy(offset, first,
+// count) for each: order[begin + offset + i] == first + i for i < count. Keys already grouped
+// by PS (one PS, or sorted input) are then copied in one piece rather than row by row.
 template <typename Copy>
 void ForEachRun(const std::vector<uint32_t>& order, int64_t begin, int64_t end, Copy copy) {
   for (int64_t j = begin; j < end;) {
