@@ -3,8 +3,9 @@
 A Python gRPC client (messages generated from proto/ in the test) plays worker 0 of a real cluster
 (see probe/cluster.py) and sends the oversized, overflowing and misattributed requests of issue 6,
 then 1,000 seeded random payloads to every method. No server may die, every call must end with a
-documented status and a message, and the variables must keep the bytes the legitimate worker
-pulled before. PSTRAIN_PROBE_SEED picks the random payloads (printed on failure).
+documented status and a message, and the variables and embedding tables must keep the bytes the
+legitimate worker pulled and looked up before. PSTRAIN_PROBE_SEED picks the random payloads
+(printed on failure).
 """
 
 import math
@@ -17,7 +18,7 @@ import grpc
 import pytest
 
 from probe import payloads, wire
-from probe.cluster import BIG_ELEMENTS, END_BARRIER, Cluster, ServerDied
+from probe.cluster import BIG_ELEMENTS, END_BARRIER, TABLE_KEYS, TABLES, Cluster, ServerDied
 from probe.wire import REFUSALS, pb
 
 SEED = int(os.environ.get("PSTRAIN_PROBE_SEED", "20240606"))
@@ -66,6 +67,15 @@ class Probe:
         return out
 
     def expect_unchanged(self, before, what="the variables"):
+        """The variables in `before` and, once created, the tables' rows are as they were."""
+        if self.c.table_rows is not None:
+            after = self.c.lookup()
+            for name, (version, rows) in self.c.table_rows.items():
+                got = after.get(name)
+                if got != (version, rows):
+                    self.problems.append("%s: table %r changed: version %s -> %s, %s" % (
+                        what, name, version, got and got[0],
+                        "same rows" if got and got[1] == rows else "rows differ"))
         after = self.c.pull(before.keys())
         for name, value in before.items():
             if after.get(name) != value:
@@ -91,10 +101,13 @@ class Probe:
 
 
 def ready(c, variables=True):
+    """Registers and, with `variables`, creates the standard variables and tables; returns the
+    variables as pulled (the tables' rows are kept in c.table_rows)."""
     c.register()
     c.wait_configured()
     if variables:
         c.create_standard_variables()
+        c.table_rows = c.create_standard_tables()
         return c.pull()
     return None
 
@@ -229,6 +242,100 @@ def test_ps_configure_is_checked(cluster):
     p.run(body)
 
 
+def keys(*ks):
+    return struct.pack("<%dQ" % len(ks), *ks)
+
+
+def test_ps_refuses_bad_table_requests(cluster):
+    p, c = Probe(cluster), cluster
+
+    def body():
+        before = ready(c)
+        ps, me, chief = c.ps, c.me, c.chief_sender()
+
+        def create(what, tables, codes=frozenset({C.INVALID_ARGUMENT}), sender=chief, **kw):
+            req = pb("CreateTablesRequest")(sender=sender, tables=tables)
+            return p.expect("CreateTables " + what, ps.call("CreateTables", req), codes, **kw)
+
+        def table(name, dim=4, opt="sgd"):
+            t = pb("TableDef")(name=name, dim=dim)
+            t.initializer.kind, t.optimizer.name, t.optimizer.learning_rate = "zeros", opt, 0.1
+            return t
+
+        for who in (me, wire.sender("nobody", 0, 1),
+                    wire.sender("chief", 0, c.chief_incarnation ^ 1)):
+            create("from %s:%d (incarnation %d)" % (who.job, who.task, who.incarnation),
+                   [table("probe/intruder")], SENDER_REFUSALS, sender=who)
+        create("of dim 2^31-1", [table("probe/t1", 2**31 - 1)])
+        create("of dim 0", [table("probe/t2", 0)], contains="probe/t2")
+        create("of dim -1", [table("probe/t3", -1)], contains="probe/t3")
+        create("with a 1025-byte name", [table("x" * 1025)])
+        create("with optimizer rmsprop", [table("probe/t4", opt="rmsprop")],
+               contains="probe/t4")
+        create("of 4,097 tables", [table("probe/n%d" % i) for i in range(4097)],
+               SIZE_REFUSALS)
+        create("of a good table and a taken name with another dim",
+               [table("probe/fresh"), table("probe/emb", 8)], {C.ALREADY_EXISTS},
+               contains="probe/emb")
+
+        def lookup(what, tables, codes=frozenset({C.INVALID_ARGUMENT}), sender=me, **kw):
+            req = pb("LookupRequest")(sender=sender, tables=[
+                pb("TableKeys")(table=t, keys=k) for t, k in tables])
+            return p.expect("Lookup " + what, ps.call("Lookup", req, timeout=120), codes, **kw)
+
+        lookup("of a table whose creation was refused", [("probe/fresh", keys(1))],
+               {C.NOT_FOUND}, contains="probe/fresh")
+        lookup("of 2,000 rows of the widest table (a 524 MB reply)",
+               [("probe/wide", keys(*range(2000)))], SIZE_REFUSALS)
+        lookup("of 2^22 + 1 keys", [("probe/emb", bytes(8 * (2**22 + 1)))], SIZE_REFUSALS)
+        lookup("of 13 bytes of keys", [("probe/emb", bytes(13))], contains="probe/emb")
+        lookup("of one key twice", [("probe/emb", keys(7, 8, 7))], contains="key 7")
+        lookup("naming one table twice", [("probe/emb", keys(1)), ("probe/emb", keys(2))])
+        lookup("from worker 0 with a wrong incarnation", [("probe/emb", keys(1))],
+               SENDER_REFUSALS, sender=wire.sender("worker", 0, c.incarnation ^ 1))
+
+        def push(what, grads, codes=frozenset({C.INVALID_ARGUMENT}), sender=me, **kw):
+            req = pb("PushSparseRequest")(sender=sender, gradients=grads)
+            return p.expect("PushSparse " + what, ps.call("PushSparse", req, timeout=60),
+                            codes, **kw)
+
+        def grad(name, ks, rows, read_version=0):
+            return pb("SparseGradient")(table=name, keys=keys(*ks), rows=floats(*rows),
+                                        read_version=read_version)
+
+        good = grad("probe/emb", TABLE_KEYS[:1], [0.5] * 4)
+        push("of a good gradient and one with 3 floats for a key of dim 65536",
+             [good, grad("probe/wide", [1], [1, 2, 3])], contains="probe/wide")
+        push("of 3 floats for a key of dim 4", [grad("probe/emb", [1], [1, 2, 3])],
+             contains="probe/emb")
+        push("of a good gradient and a NaN", [grad("probe/wide", [2], [0.0] * 65535 + [math.nan]),
+                                              good], contains="key 2")
+        push("of a key never looked up", [grad("probe/emb", [424242], [1] * 4)],
+             contains="424242")
+        push("with read_version 2^63", [grad("probe/emb", [1], [1] * 4, 2**63)],
+             contains="probe/emb")
+        push("of one key twice", [grad("probe/emb", [1, 1], [1] * 8)], contains="key 1")
+        push("naming one table twice", [good, good])
+        push("of 2^22 + 1 keys", [pb("SparseGradient")(table="probe/emb",
+                                                        keys=bytes(8 * (2**22 + 1)))])
+        for who in (wire.sender("worker", 0, c.incarnation ^ 1), wire.sender("nobody", 0, 1),
+                    chief):
+            push("from %s:%d (incarnation %d)" % (who.job, who.task, who.incarnation),
+                 [good], SENDER_REFUSALS, sender=who)
+        pushes = list(c.stats().pushes_by_worker)
+        push("with no gradient", [], {C.OK, C.INVALID_ARGUMENT})
+        if list(c.stats().pushes_by_worker) != pushes:
+            p.problems.append("an empty sparse push counted in pushes_by_worker: %s -> %s"
+                              % (pushes, list(c.stats().pushes_by_worker)))
+        stats = c.stats()
+        if [t.name for t in stats.tables] != sorted(TABLES):
+            p.problems.append("Stats lists tables %s, expected %s"
+                              % ([t.name for t in stats.tables], sorted(TABLES)))
+        p.expect_unchanged(before)
+
+    p.run(body)
+
+
 # --- defects 6, 7, 13 on the chief ----------------------------------------------------------------
 
 def test_chief_checks_senders_and_sizes(cluster):
@@ -335,7 +442,7 @@ ORDER = {"Shutdown": 9, "ReportProgress": 8, "Register": 7, "Configure": 6, "Lea
 
 def defuse_if_legitimate(c, req, req_cls, method, rng):
     """Keeps a random request from being one the real worker 0 may send and the server must obey:
-    its pushes always carry one invalid gradient (so none may be applied), its progress reports
+    its pushes (dense and sparse) always carry one invalid gradient (so none may be applied), its progress reports
     neither fail nor end the job, and its barriers wait only briefly. Random bytes that happen to
     parse as such a request (a corrupted copy of a real one) are defused the same way.
     Returns the request to send and its timeout."""
@@ -353,6 +460,8 @@ def defuse_if_legitimate(c, req, req_cls, method, rng):
         return req, 10.0
     if method == "Push":
         req.gradients.add(name="probe/absent", gradient=tensor([1], floats(0)))
+    elif method == "PushSparse":
+        req.gradients.add(table="probe/absent")
     elif method == "ReportProgress":
         req.error, req.done = "", False
     elif method == "Barrier":
@@ -376,7 +485,7 @@ def test_random_payloads(cluster, service):
         shapes = [v[2] for v in before.values()]
         for method, req_cls, _ in sorted(wire.methods(service), key=lambda m: ORDER.get(m[0], 0)):
             rng = random.Random("%d/%s/%s" % (SEED, service, method))
-            gen = payloads.Generator(rng, before.keys(), shapes, senders,
+            gen = payloads.Generator(rng, list(before.keys()) + list(TABLES), shapes, senders,
                                      [c.data_dir, "", "/nonexistent", "/dev/null", "/"])
             for i in range(PAYLOADS_PER_METHOD):
                 req = gen.request(req_cls)
@@ -396,6 +505,10 @@ def test_random_payloads(cluster, service):
                 elif (method == "Pull" and out.ok and not isinstance(req, bytes) and
                       len(out.response.values) != len(req.names)):
                     bad = "Pull answered with a value count unlike its name count"
+                elif (method == "Lookup" and out.ok and not isinstance(req, bytes) and
+                      [len(t.rows) for t in out.response.tables] !=
+                      [len(t.keys) // 2 * TABLES.get(t.table, -1) for t in req.tables]):
+                    bad = "Lookup answered with rows unlike its keys"
                 else:
                     continue
                 first = bad_kinds.setdefault(bad[:160], [0, what, brief.replace("\n", " ")])

@@ -1,13 +1,25 @@
 // ParameterServer: variables in a map guarded by a reader-writer lock, each variable with its own
-// lock around its values, optimizer and version.
+// lock around its values, optimizer and version; embedding tables likewise in their own map, each
+// table thread-safe on its own plus a lock for its sync step.
 //
-// The map holds shared pointers: a request keeps the variables it looked up alive, so a delete
-// while it runs is safe. Locks, outermost first: admin_mu_ (serialises the chief's Configure,
-// CreateVariables and DeleteVariables, so a configure cannot race a create), then the map's lock
-// or Consistency's lock, then one variable's lock. The map's lock is never held while another is
-// taken, a request holds one variable's lock at a time, and chief_mu_ is a leaf.
+// The maps hold shared pointers: a request keeps the variables and tables it looked up alive, so
+// a delete while it runs is safe. Locks, outermost first: admin_mu_ (serialises the chief's
+// Configure, CreateVariables, DeleteVariables and CreateTables, so a configure cannot race a
+// create), then a map's lock (mu_ or tables_mu_) or Consistency's lock, then one variable's lock
+// or one table's step lock (Table::mu), then the EmbeddingTable's own locks (leaves, taken inside
+// its methods). A map's lock is never held while another is taken, a request holds one variable's
+// or table's lock at a time, and chief_mu_ is a leaf. No lock is held across a wait: a pull or
+// lookup that waits is queued in Consistency and served, outside every lock, by the call that
+// made it ready.
+//
+// Counters (StatsResponse): a table's gradient counts like a variable's, one per table and push:
+// pushes_applied when it is applied (async, ssp) or accumulated (sync), updates_applied for each
+// optimizer application (a sparse push in async and ssp, a completed step in sync), and a sparse
+// push counts in pushes_by_worker, stale_dropped and dropped_by_worker as a dense one does;
+// pulls_waited counts lookups that waited, and nonfinite_rejected sparse pushes refused.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -72,6 +84,13 @@ absl::Status ParameterServerImpl::Configure(const ConfigureRequest& req, Configu
           absl::StrCat("configure after variables were created on ", Where()));
     }
   }
+  {
+    absl::ReaderMutexLock lock(&tables_mu_);
+    if (!tables_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("configure after tables were created on ", Where()));
+    }
+  }
   return WithPrefix(consistency_.Configure(req), absl::StrCat("configure on ", Where(), ": "));
 }
 
@@ -82,6 +101,7 @@ absl::Status ParameterServerImpl::Leave(const LeaveRequest& req, LeaveResponse* 
   }
   if (consistency_.Leave(req.sender(), req.pause()) && consistency_.mode() == Mode::kSync) {
     ApplyCompleteSteps();
+    ApplyCompleteTableSteps();
   }
   consistency_.Notify();
   return absl::OkStatus();
@@ -91,6 +111,7 @@ absl::Status ParameterServerImpl::Stats(const StatsRequest& req, StatsResponse* 
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   if (absl::Status s = CheckChiefOrWorker(req.sender(), "stats"); !s.ok()) return s;
   consistency_.FillStats(resp);
+  FillTableStats(resp);
   return absl::OkStatus();
 }
 
@@ -184,15 +205,30 @@ absl::Status ParameterServerImpl::DeleteVariables(const DeleteVariablesRequest& 
   return absl::OkStatus();
 }
 
-absl::Status ParameterServer::Pull(const PullRequest& req, PullResponse* resp) {
+namespace {
+
+// Starts an asynchronous call with the callback it must call once, and waits for it.
+absl::Status WaitFor(const std::function<void(std::function<void(absl::Status)>)>& start) {
   absl::Notification done;
   absl::Status status;
-  PullAsync(req, resp, [&](absl::Status s) {
+  start([&](absl::Status s) {
     status = std::move(s);
     done.Notify();
   });
   done.WaitForNotification();
   return status;
+}
+
+}  // namespace
+
+absl::Status ParameterServer::Pull(const PullRequest& req, PullResponse* resp) {
+  return WaitFor(
+      [&](std::function<void(absl::Status)> done) { PullAsync(req, resp, std::move(done)); });
+}
+
+absl::Status ParameterServer::Lookup(const LookupRequest& req, LookupResponse* resp) {
+  return WaitFor(
+      [&](std::function<void(absl::Status)> done) { LookupAsync(req, resp, std::move(done)); });
 }
 
 absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(const Options& options) {

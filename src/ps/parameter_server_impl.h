@@ -1,12 +1,16 @@
 // Internal to src/ps: the ParameterServer implementation, whose methods live in
-// parameter_server.cc (roles, configuration, creating and deleting variables) and
-// ps_data_path.cc (pulls, pushes and sync steps).
+// parameter_server.cc (roles, configuration, creating and deleting variables), ps_data_path.cc
+// (pulls, pushes and sync steps) and ps_tables.cc (embedding tables: create, lookup, sparse push
+// and their sync steps).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -19,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/limits.h"
 #include "ps/consistency.h"
+#include "ps/embedding_table.h"
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
 #include "ps/variable.h"
@@ -30,15 +35,16 @@ inline absl::Status WithPrefix(const absl::Status& s, absl::string_view prefix) 
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
-// InvalidArgument for more than kMaxVariablesPerRequest names, an empty or over-long name, or
-// (with `repeated_code`) a name given twice. `what` names the request in messages.
+// InvalidArgument for more than `limit` names, an empty or over-long name, or (with
+// `repeated_code`) a name given twice. `what` names the request and `noun` what the names name
+// ("variable", "table") in messages.
 template <typename Names, typename GetName>
 absl::Status CheckNames(const Names& items, GetName name_of, absl::string_view what,
-                        absl::StatusCode repeated_code) {
-  if (items.size() > kMaxVariablesPerRequest) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " names ", items.size(),
-                                                   " variables, over the limit of ",
-                                                   kMaxVariablesPerRequest, " per request"));
+                        absl::StatusCode repeated_code, absl::string_view noun = "variable",
+                        int64_t limit = kMaxVariablesPerRequest) {
+  if (items.size() > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " names ", items.size(), " ", noun,
+                                                   "s, over the limit of ", limit, " per request"));
   }
   absl::flat_hash_set<absl::string_view> seen;
   seen.reserve(items.size());
@@ -46,20 +52,56 @@ absl::Status CheckNames(const Names& items, GetName name_of, absl::string_view w
     const std::string& name = name_of(items[i]);
     if (name.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("variable ", i, " of the ", what, " has an empty name"));
+          absl::StrCat(noun, " ", i, " of the ", what, " has an empty name"));
     }
     if (name.size() > kMaxNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("variable name ", Quoted(name), " in the ",
-                                                     what, " is over the limit of ", kMaxNameBytes,
+      return absl::InvalidArgumentError(absl::StrCat(noun, " name ", Quoted(name), " in the ", what,
+                                                     " is over the limit of ", kMaxNameBytes,
                                                      " bytes"));
     }
     if (!seen.insert(name).second) {
-      return absl::Status(repeated_code, absl::StrCat("variable ", Quoted(name),
+      return absl::Status(repeated_code, absl::StrCat(noun, " ", Quoted(name),
                                                       " appears more than once in the ", what));
     }
   }
   return absl::OkStatus();
 }
+
+// One embedding table held by the server: the rows (thread-safe on their own) and, in sync
+// mode, who contributed to the step being accumulated. Shared like a Variable, so a request
+// keeps the tables it found alive.
+struct Table {
+  Table(TableDef d, std::unique_ptr<EmbeddingTable> t) : def(std::move(d)), rows(std::move(t)) {}
+
+  const TableDef def;  // as the chief sent it (get-or-create compares it)
+  const std::unique_ptr<EmbeddingTable> rows;
+  // sync mode: held from a gradient's stale check through its accumulation (and the step it
+  // completes), so a step's contributors and its accumulator agree.
+  absl::Mutex mu;
+  Contributors contributors ABSL_GUARDED_BY(mu);
+  // rows->version() as of the last update applied, for the waits of lookups, which are checked
+  // under Consistency's lock and must not wait there for the table's own lock (held while a
+  // large lookup or update runs).
+  std::atomic<uint64_t> version{0};
+  void Publish(uint64_t v) {
+    uint64_t at = version.load();
+    while (at < v && !version.compare_exchange_weak(at, v)) {
+    }
+  }
+};
+using TablePtr = std::shared_ptr<Table>;
+
+// One table's part of a lookup or sparse push, validated: the keys (and gradient rows) read in
+// place from the request, or copied when the request's bytes are not aligned for them.
+struct TableSlice {
+  TablePtr table;
+  const std::string* name = nullptr;  // in the request
+  const uint64_t* keys = nullptr;
+  int64_t n = 0;
+  const float* rows = nullptr;  // push: n * dim gradient floats
+  std::vector<uint64_t> key_copy;
+  std::vector<float> row_copy;
+};
 
 // See parameter_server.cc for the locks and their order.
 class ParameterServerImpl final : public ParameterServer {
@@ -75,6 +117,10 @@ class ParameterServerImpl final : public ParameterServer {
   void PullAsync(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)> done) override;
   absl::Status Push(const PushRequest& req, PushResponse* resp) override;
+  absl::Status CreateTables(const CreateTablesRequest& req, CreateTablesResponse* resp) override;
+  void LookupAsync(const LookupRequest& req, LookupResponse* resp,
+                   std::function<void(absl::Status)> done) override;
+  absl::Status PushSparse(const PushSparseRequest& req, PushSparseResponse* resp) override;
   absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) override;
   absl::Status Stats(const StatsRequest& req, StatsResponse* resp) override;
   absl::Status CheckShutdown(const ShutdownRequest& req) override;
@@ -101,6 +147,37 @@ class ParameterServerImpl final : public ParameterServer {
   bool MaybeApplyStep(Variable* var) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
   // sync: MaybeApplyStep on every variable, after a worker stopped counting.
   void ApplyCompleteSteps() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Tables (ps_tables.cc).
+  // The named table, or NotFound naming it and this task.
+  absl::StatusOr<TablePtr> FindTable(absl::string_view name) ABSL_LOCKS_EXCLUDED(tables_mu_);
+  // Every table, sorted by name.
+  std::vector<std::pair<std::string, TablePtr>> AllTables() ABSL_LOCKS_EXCLUDED(tables_mu_);
+  // "table 'name' on ps task N", the start of every table message.
+  std::string TableWhere(absl::string_view name) const;
+  // Finds the table of one request entry and reads its keys into `slice`: whole uint64s, at most
+  // kMaxKeysPerRequest, distinct. `what` is "lookup" or "push".
+  absl::Status ParseKeys(const std::string& table, const std::string& keys, absl::string_view what,
+                         TableSlice* slice);
+  // The checks of a lookup before any row is read; fills `slices` in request order.
+  absl::Status ValidateLookup(const LookupRequest& req, std::vector<TableSlice>* slices);
+  // The checks of one sparse gradient (after ParseKeys) against its table.
+  absl::Status ValidateGradient(const SparseGradient& g, Mode mode, int task, uint64_t incarnation,
+                                TableSlice* slice);
+  // sync: every table at min_version or later, all at one step; and what a wait still lacks.
+  bool TablesReady(const std::vector<TableSlice>& slices, uint64_t min_version);
+  std::string TablesWaitReason(const std::vector<TableSlice>& slices, uint64_t min_version);
+  // Applies one validated sparse gradient (async/ssp: at once; sync: into its step's aggregate,
+  // or dropped as stale); returns the table's version after it.
+  uint64_t ApplySparse(const TableSlice& slice, uint64_t read_version, int task,
+                       uint64_t incarnation, Mode mode, bool* dropped, bool* updated);
+  // sync: applies the table's accumulated step if it has enough gradients; returns whether it
+  // did.
+  bool MaybeApplyTableStep(Table* table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table->mu);
+  // sync: MaybeApplyTableStep on every table, after a worker stopped counting.
+  void ApplyCompleteTableSteps() ABSL_LOCKS_EXCLUDED(tables_mu_);
+  // Stats of every table, sorted by name.
+  void FillTableStats(StatsResponse* resp);
   // The named variable, or NotFound naming it and this task.
   absl::StatusOr<VariablePtr> Find(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
   std::string Where() const { return absl::StrCat("ps task ", options_.task); }
@@ -110,11 +187,13 @@ class ParameterServerImpl final : public ParameterServer {
 
   const Options options_;
   Consistency consistency_;
-  absl::Mutex admin_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::Mutex admin_mu_ ABSL_ACQUIRED_BEFORE(mu_, tables_mu_);
   absl::Mutex chief_mu_;
   std::optional<uint64_t> chief_incarnation_ ABSL_GUARDED_BY(chief_mu_);
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, VariablePtr> vars_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex tables_mu_;
+  absl::flat_hash_map<std::string, TablePtr> tables_ ABSL_GUARDED_BY(tables_mu_);
 };
 
 }  // namespace pstrain

@@ -1,5 +1,5 @@
-// The parameter server: variables, their optimizers, and the gRPC service that carries them.
-// Public header of src/ps.
+// The parameter server: variables, embedding tables, their optimizers, and the gRPC service that
+// carries them. Public header of src/ps.
 #pragma once
 
 #include <functional>
@@ -13,18 +13,20 @@
 
 namespace pstrain {
 
-// Variables held by one PS task, independent of transport. All methods are thread-safe and
-// validate the whole request before changing anything: a request that returns an error has
-// changed nothing. Pushes to one variable are serialised by that variable's lock, so concurrent
-// pushes are never lost; pushes to different variables run in parallel.
+// Variables and embedding tables held by one PS task, independent of transport. All methods are
+// thread-safe and validate the whole request before changing anything: a request that returns an
+// error has changed nothing. Pushes to one variable are serialised by that variable's lock, so
+// concurrent pushes are never lost; pushes to different variables run in parallel. An embedding
+// table serialises its own updates likewise (ps/embedding_table.h).
 //
 // Every request must name its sender (InvalidArgument otherwise) and is checked against the
 // limits of common/limits.h (InvalidArgument, or ResourceExhausted for a response that would be
 // too large). Who may call what (PermissionDenied naming the sender and the method otherwise):
-// Configure, CreateVariables, DeleteVariables and Shutdown only the chief (job "chief", task 0,
-// the pinned incarnation); Push and Leave the workers the chief announced (any sender while it
-// announced none); Pull and Stats the chief or those workers. The chief's incarnation is pinned
-// by ExpectChief, or else by the first call from job "chief".
+// Configure, CreateVariables, DeleteVariables, CreateTables and Shutdown only the chief (job
+// "chief", task 0, the pinned incarnation); Push, PushSparse and Leave the workers the chief
+// announced (any sender while it announced none); Pull, Lookup and Stats the chief or those
+// workers. The chief's incarnation is pinned by ExpectChief, or else by the first call from job
+// "chief".
 class ParameterServer {
  public:
   struct Options {
@@ -49,8 +51,8 @@ class ParameterServer {
   virtual absl::Status DeleteVariables(const DeleteVariablesRequest& req,
                                        DeleteVariablesResponse* resp) = 0;
   // Sets how pushes combine (async, sync k-of-n, ssp) and which workers may push. Only while no
-  // variable exists (FailedPrecondition after); a repeated Configure then replaces the last one.
-  // Without it the server runs async and accepts any sender.
+  // variable or table exists (FailedPrecondition after); a repeated Configure then replaces the
+  // last one. Without it the server runs async and accepts any sender.
   virtual absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) = 0;
 
   // Values and versions of the named variables, in request order. NotFound names an unknown one;
@@ -76,16 +78,56 @@ class ParameterServer {
   // push from a paused worker makes it count again.
   virtual absl::Status Push(const PushRequest& req, PushResponse* resp) = 0;
 
+  // Creates each embedding table (proto TableDef), all or none; a table's rows appear when their
+  // keys are looked up. Get-or-create: a name that already holds a table with an identical
+  // definition is left as it is and counts as created, so a retried create is harmless; another
+  // definition under a taken name is AlreadyExists, as is a name repeated in the request.
+  // InvalidArgument as EmbeddingTable::Create says (naming the table and the field), and
+  // ResourceExhausted past kMaxTables tables on this PS or when memory runs out. Tables and
+  // variables have separate names.
+  virtual absl::Status CreateTables(const CreateTablesRequest& req, CreateTablesResponse* resp) = 0;
+
+  // The rows of the given keys of each named table (creating rows as the table's admission
+  // says), as raw little-endian float32 in resp->tables(i).rows, in request order, with the
+  // version each table's rows were read at. NotFound names an unknown table; InvalidArgument for
+  // a table named twice, keys that are not whole uint64s, more than kMaxKeysPerRequest keys of a
+  // table, or a key given twice for one table (naming table and key); ResourceExhausted if the
+  // rows would pass kMaxPayloadBytes. Waits as PullAsync does: in sync mode until every named
+  // table reached req.min_version (and all are at one step), in ssp mode while req.clock runs
+  // too far ahead. `req` and `resp` must stay valid until `done`, which is called exactly once,
+  // inline or later from another thread (the keys are read in place when the rows are served).
+  virtual void LookupAsync(const LookupRequest& req, LookupResponse* resp,
+                           std::function<void(absl::Status)> done) = 0;
+  // LookupAsync, waiting for `done`.
+  absl::Status Lookup(const LookupRequest& req, LookupResponse* resp);
+
+  // Applies each table's gradient rows (one per distinct key) with the table's optimizer as one
+  // update of that table, which bumps its version. Rejects the whole push, changing no row, as
+  // Push does (unknown table, repeated table, worker not announced or left, non-finite value,
+  // counted in nonfinite_rejected) and for keys that are not whole uint64s, more than
+  // kMaxKeysPerRequest keys, a key repeated within one table, rows that are not keys x dim
+  // floats, a read_version newer than the table, or a key that was never looked up
+  // (EmbeddingTable::CheckPush). A gradient with no keys is an update like any other: in async
+  // and ssp mode it bumps the version, and in sync mode it counts as one of its step's gradients,
+  // so a worker sends every table to every PS each step. In sync mode a table's gradient joins
+  // the aggregate of the step it was read at, and the step applies the average over its
+  // gradients once it has as many as a dense step needs; a gradient for an older step is dropped
+  // and counted (resp->stale_dropped). resp->versions holds each table's version after the push,
+  // in request order.
+  virtual absl::Status PushSparse(const PushSparseRequest& req, PushSparseResponse* resp) = 0;
+
   // The worker finished (it no longer counts for ssp clocks and sync steps, and may not push
   // again) or, with req.pause, waits at a barrier (it stops counting until its next push). Steps
   // that now have enough gradients apply, and waiting pulls are re-checked.
   virtual absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) = 0;
+  // Counters since the server started (proto StatsResponse), with one TableStats per table,
+  // sorted by name.
   virtual absl::Status Stats(const StatsRequest& req, StatsResponse* resp) = 0;
   // OK if `req` may end the job: from the chief, with a reason within kMaxTextBytes. The gRPC
   // service calls it before its ShutdownFn.
   virtual absl::Status CheckShutdown(const ShutdownRequest& req) = 0;
-  // Ends every waiting pull with Unavailable and refuses new waits; called before the server
-  // stops so no call is left open.
+  // Ends every waiting pull and lookup with Unavailable and refuses new waits; called before the
+  // server stops so no call is left open.
   virtual void Stop() = 0;
 };
 

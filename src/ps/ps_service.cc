@@ -24,10 +24,13 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
         ParameterServerService::WithRawCallbackMethod_DeleteVariables<
             ParameterServerService::WithRawCallbackMethod_Pull<
                 ParameterServerService::WithRawCallbackMethod_Push<
-                    ParameterServerService::WithRawCallbackMethod_Leave<
-                        ParameterServerService::WithRawCallbackMethod_Stats<
-                            ParameterServerService::WithRawCallbackMethod_Shutdown<
-                                ParameterServerService::Service>>>>>>>>;
+                    ParameterServerService::WithRawCallbackMethod_CreateTables<
+                        ParameterServerService::WithRawCallbackMethod_Lookup<
+                            ParameterServerService::WithRawCallbackMethod_PushSparse<
+                                ParameterServerService::WithRawCallbackMethod_Leave<
+                                    ParameterServerService::WithRawCallbackMethod_Stats<
+                                        ParameterServerService::WithRawCallbackMethod_Shutdown<
+                                            ParameterServerService::Service>>>>>>>>>>>;
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -71,6 +74,30 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<PushRequest, PushResponse>(
         ctx, req, resp, "Push",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->Push(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx, const Raw* req,
+                                         Raw* resp) override {
+    return ServeRaw<CreateTablesRequest, CreateTablesResponse>(
+        ctx, req, resp, "CreateTables",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->CreateTables(q, r)); });
+  }
+
+  // A lookup may wait as a pull does; its keys are read from the request in `call`, which lives
+  // until the lookup's FinishFn runs.
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const Raw* req,
+                                   Raw* resp) override {
+    return ServeRaw<LookupRequest, LookupResponse>(
+        ctx, req, resp, "Lookup", [this](const LookupRequest& q, LookupResponse* r, FinishFn done) {
+          ps_->LookupAsync(q, r, std::move(done));
+        });
+  }
+
+  grpc::ServerUnaryReactor* PushSparse(grpc::CallbackServerContext* ctx, const Raw* req,
+                                       Raw* resp) override {
+    return ServeRaw<PushSparseRequest, PushSparseResponse>(
+        ctx, req, resp, "PushSparse",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->PushSparse(q, r)); });
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const Raw* req,

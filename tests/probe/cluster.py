@@ -13,6 +13,7 @@ import random
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -27,6 +28,9 @@ from probe.wire import pb
 ADDRESS_SPACE_LIMIT = 6 << 30
 
 BIG_ELEMENTS = 16 << 20  # a 64 MB float variable
+MAX_TABLE_DIM = 65536  # kMaxTableDim: 2,000 rows of the widest table pass a reply's limit
+TABLES = {"probe/emb": 4, "probe/wide": MAX_TABLE_DIM}  # name -> dim
+TABLE_KEYS = (1, 2, 3)  # keys with rows in every table, looked up by create_standard_tables
 START_BARRIER = "pstrain/start"
 END_BARRIER = "probe/end"
 
@@ -109,6 +113,7 @@ class Cluster:
         self.me = wire.sender("worker", 0, self.incarnation)
         self.chief_incarnation = 0
         self.placements = {}  # variable name -> Placement
+        self.table_rows = None  # {table: (version, rows of TABLE_KEYS)} once tables exist
         self.reported_steps = 0
         self.result = None  # the chief's result line, once the job ended
 
@@ -218,6 +223,32 @@ class Cluster:
         self.create_variable("dense0/bias", [10])
         self.create_variable("probe/small", [3, 2], "constant", value=1.5)
         self.create_variable("probe/big", [BIG_ELEMENTS], "uniform", low=-1, high=1, seed=3)
+
+    def create_standard_tables(self):
+        """Embedding tables on ps:0, created as the chief's table creator would (CreateTables from
+        the chief), with rows for TABLE_KEYS."""
+        req = pb("CreateTablesRequest")(sender=self.chief_sender())
+        for name, dim in TABLES.items():
+            t = req.tables.add(name=name, dim=dim)
+            t.initializer.kind, t.initializer.low, t.initializer.high = "uniform", -1, 1
+            t.optimizer.name, t.optimizer.learning_rate = "sgd", 0.1
+        out = self.ps.call("CreateTables", req)
+        if not out.ok:
+            raise AssertionError("CreateTables: %r" % out)
+        return self.lookup()
+
+    def lookup(self, keys=TABLE_KEYS):
+        """Looks up `keys` in every table as the legitimate worker 0: {table: (version, rows)}."""
+        packed = struct.pack("<%dQ" % len(keys), *keys)
+        req = pb("LookupRequest")(sender=self.me, tables=[
+            pb("TableKeys")(table=name, keys=packed) for name in TABLES])
+        out = self.ps.call("Lookup", req, timeout=120)
+        if out.code == grpc.StatusCode.UNAVAILABLE:
+            self.check_alive("a legitimate Lookup")
+            raise ServerDied("ps:0 no longer serves a legitimate Lookup: %r" % out)
+        if not out.ok:
+            raise AssertionError("legitimate Lookup of %s: %r" % (keys, out))
+        return {name: (t.version, t.rows) for name, t in zip(TABLES, out.response.tables)}
 
     def shard_names(self):
         return [s.name for p in self.placements.values() for s in p.shards]

@@ -45,7 +45,7 @@ def safe_shape(dims):
 
 
 class Generator:
-    """Draws requests; `names` are real variable names, `senders` real senders to reuse.
+    """Draws requests; `names` are real variable and table names, `senders` real senders to reuse.
 
     The senders passed in must not include the chief's incarnation: a request the chief could
     have sent is legitimate, so only the probe's own worker sender is real among them.
@@ -87,7 +87,7 @@ class Generator:
 
     def text(self, field):
         r = self.rng.random()
-        if field in ("name", "names", "variable") and r < 0.7:
+        if field in ("name", "names", "variable", "table") and r < 0.7:
             return self.rng.choice(self.names + ["", "probe/absent", "dense0/kernel/part_0"])
         if field == "job":
             return self.rng.choice(JOBS)
