@@ -1,6 +1,7 @@
 // ReadIdx and LoadMnist on small files written by the test, plus Fashion-MNIST when installed.
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -216,29 +217,28 @@ TEST_F(IdxTest, LoadMnistRawAndGzip) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     WriteSplit("train", 12, gz);
-    absl::StatusOr<Dataset> ds = LoadMnist(dir_.string(), "train");
+    absl::StatusOr<Examples> ds = LoadMnist(dir_.string(), "train");
     ASSERT_TRUE(ds.ok()) << ds.status();
     EXPECT_EQ(ds->size(), 12);
-    EXPECT_EQ(ds->features(), 6);
-    EXPECT_EQ(ds->num_classes, 10);
+    EXPECT_EQ(ds->dense_dim, 6);
     EXPECT_EQ(ds->labels[11], 1);
-    EXPECT_FLOAT_EQ(ds->images(0, 0), 0.0f);
-    EXPECT_FLOAT_EQ(ds->images(0, 5), 5.0f / 255.0f);
-    EXPECT_FLOAT_EQ(ds->images(1, 2), 8.0f / 255.0f);
-    EXPECT_FLOAT_EQ(ds->images(11, 5), 71.0f / 255.0f);
+    EXPECT_FLOAT_EQ(ds->dense[0], 0.0f);
+    EXPECT_FLOAT_EQ(ds->dense[5], 5.0f / 255.0f);
+    EXPECT_FLOAT_EQ(ds->dense[1 * 6 + 2], 8.0f / 255.0f);
+    EXPECT_FLOAT_EQ(ds->dense[11 * 6 + 5], 71.0f / 255.0f);
   }
 }
 
 TEST_F(IdxTest, LoadMnistPrefersRaw) {
   WriteSplit("t10k", 3, /*gz=*/true, /*pixel_base=*/100);
   WriteSplit("t10k", 3, /*gz=*/false, /*pixel_base=*/0);
-  absl::StatusOr<Dataset> ds = LoadMnist(dir_.string(), "t10k");
+  absl::StatusOr<Examples> ds = LoadMnist(dir_.string(), "t10k");
   ASSERT_TRUE(ds.ok()) << ds.status();
-  EXPECT_FLOAT_EQ(ds->images(0, 0), 0.0f);
+  EXPECT_FLOAT_EQ(ds->dense[0], 0.0f);
 }
 
 TEST_F(IdxTest, LoadMnistMissingListsPaths) {
-  absl::StatusOr<Dataset> ds = LoadMnist(dir_.string(), "train");
+  absl::StatusOr<Examples> ds = LoadMnist(dir_.string(), "train");
   ASSERT_EQ(ds.status().code(), absl::StatusCode::kNotFound) << ds.status();
   const std::string base = (dir_ / "train-images-idx3-ubyte").string();
   EXPECT_THAT(std::string(ds.status().message()),
@@ -254,7 +254,7 @@ TEST_F(IdxTest, LoadMnistMissingListsPaths) {
 TEST_F(IdxTest, LoadMnistChecksShapesCountsAndLabels) {
   const std::string images = WriteRaw("x-images-idx3-ubyte", Idx({2, 6}, Iota(12)));
   const std::string labels = WriteRaw("x-labels-idx1-ubyte", Idx({2}, {0, 1}));
-  absl::StatusOr<Dataset> ds = LoadMnist(dir_.string(), "x");
+  absl::StatusOr<Examples> ds = LoadMnist(dir_.string(), "x");
   ASSERT_FALSE(ds.ok());
   EXPECT_THAT(std::string(ds.status().message()),
               AllOf(HasSubstr(images), HasSubstr("must have 3 dimensions"), HasSubstr("[2, 6]")));
@@ -296,19 +296,20 @@ TEST(FashionMnistTest, LoadsRealData) {
        {std::pair<std::string, int64_t>{"train", 60000}, {"t10k", 10000}}) {
     SCOPED_TRACE(split);
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<Dataset> ds = LoadMnist(kFashionDir, split);
+    absl::StatusOr<Examples> ds = LoadMnist(kFashionDir, split);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(ds.ok()) << ds.status();
     std::printf("LoadMnist(%s, %s): %.1f ms\n", kFashionDir, split.c_str(), ms);
     EXPECT_EQ(ds->size(), n);
-    EXPECT_EQ(ds->images.rows(), n);
-    EXPECT_EQ(ds->features(), 784);
-    EXPECT_GE(ds->images.minCoeff(), 0.0f);
-    EXPECT_LE(ds->images.maxCoeff(), 1.0f);
-    EXPECT_GT(ds->images.maxCoeff(), 0.99f);
+    EXPECT_EQ(ds->dense_dim, 784);
+    EXPECT_EQ(ds->dense.size(), static_cast<size_t>(n * 784));
+    EXPECT_GE(*std::min_element(ds->dense.begin(), ds->dense.end()), 0.0f);
+    EXPECT_LE(*std::max_element(ds->dense.begin(), ds->dense.end()), 1.0f);
+    EXPECT_GT(*std::max_element(ds->dense.begin(), ds->dense.end()), 0.99f);
     std::array<int64_t, 10> counts{};
-    for (int32_t label : ds->labels) {
+    for (float l : ds->labels) {
+      const int label = static_cast<int>(l);
       ASSERT_GE(label, 0);
       ASSERT_LT(label, 10);
       ++counts[label];

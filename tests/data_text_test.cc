@@ -172,16 +172,26 @@ TEST_F(TextReaderTest, CriteoBadLines) {
   }
 }
 
-TEST_F(TextReaderTest, MissingFileAndDirectoryAndMaxRows) {
+TEST_F(TextReaderTest, MissingFileAndDirectoryAndRecordRanges) {
   EXPECT_TRUE(absl::IsNotFound(ReadCriteo((dir_ / "none.tsv").string(), {}).status()));
   EXPECT_THAT(std::string(ReadLibSvm(dir_.string(), {}).status().message()),
               HasSubstr("is a directory"));
-  const std::string path = Write("m.svm", "1 1:1\n0 2:1\n1 3:1\n");
+  // Records are the non-blank lines; a bad line outside the range is not even parsed.
+  const std::string path = Write("m.svm", "1 1:1\n\n0 2:1\nbad\n1 3:1\n0 4:1\n");
+  EXPECT_EQ(*CountRecords(path), 5);
   TextOptions o;
-  o.max_rows = 2;
+  o.end_record = 2;
   absl::StatusOr<Examples> e = ReadLibSvm(path, o);
-  ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->size(), 2);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->sparse_keys, ElementsAre(1, 2));
+  o.first_record = 3;
+  o.end_record = -1;
+  e = ReadLibSvm(path, o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->sparse_keys, ElementsAre(3, 4));
+  o.first_record = 2;
+  o.end_record = 4;
+  EXPECT_THAT(std::string(ReadLibSvm(path, o).status().message()), HasSubstr("m.svm:4: "));
 }
 
 }  // namespace

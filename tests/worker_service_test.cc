@@ -53,12 +53,32 @@ class WorkerServiceTest : public ::testing::Test {
     worker_.reset();
   }
 
-  // StartTraining with a spec whose data directory does not exist: the worker checks it and
-  // answers with the error.
+  // StartTraining with a spec that is complete but whose data directory does not exist: the
+  // worker checks it and answers with the error.
   grpc::Status StartTraining(const Sender& sender) {
     StartTrainingRequest req;
     *req.mutable_sender() = sender;
-    req.mutable_spec()->set_data_dir("/nonexistent/pstrain-data");
+    TrainingSpec* spec = req.mutable_spec();
+    spec->set_data("/nonexistent/pstrain-data");
+    spec->set_train_records(10);
+    spec->set_num_shards(1);
+    spec->set_batch_size(2);
+    spec->set_epochs(1);
+    spec->set_report_every(1);
+    spec->set_rpc_timeout_s(10);
+    spec->set_mode("async");
+    spec->mutable_model()->set_kind("mlp");
+    spec->mutable_model()->set_dense_features(4);
+    spec->mutable_model()->set_num_classes(2);
+    // Softmax regression: dense0/kernel [4, 2] and dense0/bias [2], both on ps 0.
+    for (const auto& [name, rows] :
+         {std::pair<const char*, int>{"dense0/kernel", 4}, {"dense0/bias", 2}}) {
+      Placement* p = spec->add_placement();
+      p->set_variable(name);
+      Shard* shard = p->add_shards();
+      shard->set_name(name);
+      shard->set_row_end(rows);
+    }
     StartTrainingResponse resp;
     return stub_->StartTraining(
         ContextWithTimeout(absl::Seconds(30), /*wait_for_ready=*/true).get(), req, &resp);

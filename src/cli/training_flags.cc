@@ -16,6 +16,9 @@ struct AppliesWhen {
 };
 
 const std::vector<AppliesWhen>& ApplicabilityRules() {
+  // The models the chief trains itself, and those of them with embedding tables.
+  const std::vector<std::string> kBuiltIn = {"mlp", "linear", "wide_deep"};
+  const std::vector<std::string> kWithTables = {"linear", "wide_deep"};
   static const std::vector<AppliesWhen> rules = {
       {"--beta1", "--optimizer", {"adam"}},
       {"--beta2", "--optimizer", {"adam"}},
@@ -34,10 +37,22 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--min_lr", "--lr_schedule", {"cosine"}},
       {"--replicas_to_aggregate", "--mode", {"sync"}},
       {"--staleness", "--mode", {"ssp"}},
-      {"--data", "--model", {"mlp"}},
-      {"--hidden", "--model", {"mlp"}},
-      {"--batch", "--model", {"mlp"}},
-      {"--epochs", "--model", {"mlp"}},
+      {"--data", "--model", kBuiltIn},
+      {"--test_data", "--model", kBuiltIn},
+      {"--holdout", "--model", kBuiltIn},
+      {"--bad_lines", "--model", kBuiltIn},
+      {"--hidden", "--model", {"mlp", "wide_deep"}},
+      {"--batch", "--model", kBuiltIn},
+      {"--epochs", "--model", kBuiltIn},
+      {"--embedding_dim", "--model", {"wide_deep"}},
+      {"--shared_embedding", "--model", {"wide_deep"}},
+      {"--table_optimizer", "--model", kWithTables},
+      {"--table_lr", "--model", kWithTables},
+      {"--admit_after", "--model", kWithTables},
+      {"--unadmitted_zeros", "--model", kWithTables},
+      {"--evict_after_steps", "--model", kWithTables},
+      {"--table_max_rows", "--model", kWithTables},
+      {"--table_max_bytes", "--model", kWithTables},
   };
   return rules;
 }
@@ -75,12 +90,49 @@ std::vector<std::string> TrainingFlags::Inapplicable() const {
 void TrainingFlags::AddTo(CLI::App* app) {
   const size_t before = app->get_options().size();
   JobConfig& c = config_;
-  app->add_option("--model", c.model, "mlp (built-in MNIST job) or external (client programs)")
+  app->add_option("--model", c.model,
+                  "mlp, linear (logistic regression), wide_deep (Wide & Deep), or external "
+                  "(client programs)")
       ->capture_default_str();
-  app->add_option("--data", c.data_dir, "directory with the MNIST-layout IDX files")
+  // Data.
+  app->add_option("--data", c.data,
+                  "training data FORMAT:PATH, FORMAT idx (or mnist: a directory), csv, libsvm or "
+                  "criteo; a bare PATH is an MNIST-layout directory")
       ->capture_default_str();
+  app->add_option("--test_data", c.test_data,
+                  "held-out data FORMAT:PATH (default: the last --holdout of --data; idx: its "
+                  "t10k split)");
+  app->add_option("--holdout", c.holdout, "fraction of a text file's records held out")
+      ->capture_default_str();
+  app->add_option("--bad_lines", bad_lines_,
+                  "a malformed data line: stop (the job fails, naming file:line) or skip (count "
+                  "it)")
+      ->capture_default_str();
+  // Model.
   app->add_option("--hidden", c.hidden, "hidden layer widths, comma separated")
       ->delimiter(',')
+      ->capture_default_str();
+  app->add_option("--embedding_dim", c.embedding_dim, "wide_deep: embedding width per field")
+      ->capture_default_str();
+  app->add_flag("--shared_embedding", c.shared_embedding,
+                "wide_deep: one hashed table for every categorical field");
+  // Embedding tables.
+  app->add_option("--table_optimizer", table_optimizer_, "sgd, adagrad, adam or ftrl")
+      ->capture_default_str();
+  app->add_option("--table_lr", table_lr_, "learning rate of the tables")->capture_default_str();
+  app->add_option("--admit_after", c.admit_after,
+                  "a key gets a trainable row once looked up this often (0, 1: at once)")
+      ->capture_default_str();
+  app->add_flag("--unadmitted_zeros", c.unadmitted_zeros,
+                "a key not admitted yet reads zeros (else its initial row)");
+  app->add_option("--evict_after_steps", c.evict_after_steps,
+                  "a row not updated for this many table steps is evicted (0: never)")
+      ->capture_default_str();
+  app->add_option("--table_max_rows", c.table_max_rows,
+                  "rows per table over all PS; least recently updated evicted first (0: no cap)")
+      ->capture_default_str();
+  app->add_option("--table_max_bytes", c.table_max_bytes,
+                  "bytes per table over all PS, slots and index included (0: no cap)")
       ->capture_default_str();
   app->add_option("--batch", c.batch_size, "examples per step and worker")->capture_default_str();
   app->add_option("--epochs", c.epochs, "passes over the training data")->capture_default_str();
@@ -161,6 +213,13 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--nonfinite must be skip or stop, not \"", nonfinite_, "\""));
   }
   c.stop_on_nonfinite = nonfinite_ == "stop";
+  if (bad_lines_ != "skip" && bad_lines_ != "stop") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bad_lines must be skip or stop, not \"", bad_lines_, "\""));
+  }
+  c.skip_bad_lines = bad_lines_ == "skip";
+  c.table_optimizer.set_name(table_optimizer_);
+  c.table_optimizer.set_learning_rate(table_lr_);
   if (!(task_timeout_s_ > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "Eigen/Core"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/examples.h"
 
 namespace pstrain {
@@ -22,19 +24,14 @@ struct IdxArray {
 // unsupported element type, truncated data, trailing bytes.
 absl::StatusOr<IdxArray> ReadIdx(const std::string& path);
 
-// Images as rows of floats scaled to [0, 1], with their labels.
-struct Dataset {
-  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> images;  // n x features
-  std::vector<int32_t> labels;                                                   // n
-  int num_classes = 10;
-  int64_t size() const { return static_cast<int64_t>(labels.size()); }
-  int64_t features() const { return images.cols(); }
-};
-
 // Loads the MNIST-layout split `split` ("train" or "t10k") from `dir`: <split>-images-idx3-ubyte
 // and <split>-labels-idx1-ubyte, each raw or with a .gz suffix. Checks that the counts agree and
-// labels are in [0, 10). NotFound names the files looked for when neither form exists.
-absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& split);
+// labels are in [0, 10). NotFound names the files looked for when neither form exists. The
+// images become dense rows of floats scaled to [0, 1], the labels their classes. Only examples
+// [begin, end) are converted (end -1: to the last).
+constexpr int kMnistClasses = 10;
+absl::StatusOr<Examples> LoadMnist(const std::string& dir, const std::string& split,
+                                   int64_t begin = 0, int64_t end = -1);
 
 // The number of examples of split `split` in `dir`, from its label file alone.
 absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split);
@@ -44,8 +41,16 @@ struct TextOptions {
   // counted in Examples::bad_lines_skipped (kSkip). Blank lines are ignored.
   enum class BadLines { kStop, kSkip };
   BadLines bad_lines = BadLines::kStop;
-  int64_t max_rows = -1;  // read at most this many rows; -1 = all
+  // Reads only records [first_record, end_record) (end_record -1: to the end of the file). A
+  // record is a non-blank line, a CSV header and bad lines among them; the rest are skipped
+  // without being parsed, so a worker reads its shard of a large file quickly.
+  int64_t first_record = 0;
+  int64_t end_record = -1;
 };
+
+// The records (non-blank lines) of a plain or gzip-compressed text file, counted without
+// parsing them.
+absl::StatusOr<int64_t> CountRecords(const std::string& path);
 
 struct CsvOptions {
   int label_column = 0;  // the other columns are the dense features, in order
@@ -96,5 +101,75 @@ struct CriteoGenResult {
 // Writes the rows to `path`. InvalidArgument for bad options; errors name the file otherwise.
 absl::StatusOr<CriteoGenResult> GenerateCriteo(const std::string& path,
                                                const CriteoGenOptions& options);
+
+// ---- The dataset interface: what the trainer and the chief read examples through. ----
+
+// Where a data set is and in which format: "FORMAT:PATH" with FORMAT one of
+//   idx (or mnist)  an MNIST-layout directory: the train split for training, t10k held out;
+//   csv             label column first, then numeric features (header optional);
+//   libsvm          "label index:value ...";
+//   criteo          the Criteo Kaggle TSV layout (13 integer and 26 categorical features).
+// A bare PATH is an MNIST-layout directory, as before formats existed.
+struct DataSpec {
+  enum class Format { kIdx, kCsv, kLibSvm, kCriteo };
+  Format format = Format::kIdx;
+  std::string path;
+
+  // InvalidArgument naming the unknown format or the empty path.
+  static absl::StatusOr<DataSpec> Parse(absl::string_view text);
+  std::string ToString() const;  // "csv:PATH": Parse(ToString()) gives the same spec
+};
+
+// What a model needs to know of the examples, known before any row is read.
+struct DataShape {
+  int dense_features = 0;      // dense floats per example
+  int categorical_fields = 0;  // sparse features carry fields 0 .. categorical_fields-1
+  int num_classes = 0;         // labels are classes 0 .. num_classes-1; 0: not known (text)
+};
+
+// The shape of `spec`'s examples: from the IDX headers, a CSV file's first line, or the format
+// alone (LibSVM, Criteo). Errors name the file.
+absl::StatusOr<DataShape> ShapeOf(const DataSpec& spec);
+
+// The training records of `spec`: the IDX train split's examples or a text file's records
+// (TextOptions), counted without parsing.
+absl::StatusOr<int64_t> CountTrainingRecords(const DataSpec& spec);
+
+// Examples of training records [begin, end) of `spec`: a worker reads its shard this way. A
+// text record that is a header or a bad line skipped under `bad_lines` gives no example (and
+// counts in bad_lines_skipped); a bad line under kStop is an error "file:line: what".
+absl::StatusOr<Examples> ReadTrainingRecords(const DataSpec& spec, int64_t begin, int64_t end,
+                                             TextOptions::BadLines bad_lines);
+
+// A data set split into training records and held-out examples, as the chief plans a job.
+class Dataset {
+ public:
+  struct Options {
+    TextOptions::BadLines bad_lines = TextOptions::BadLines::kStop;
+    // Held-out examples from this spec (its training records; for idx its t10k split); when
+    // unset, the last `holdout` fraction of the training file's records (idx: its t10k split).
+    std::optional<DataSpec> test;
+    double holdout = 0.1;
+  };
+  // Counts the records and checks that something is left for training and for evaluation:
+  // InvalidArgument otherwise, naming the file and the counts.
+  static absl::StatusOr<Dataset> Open(const DataSpec& train, const Options& options);
+
+  const DataSpec& spec() const { return train_; }
+  const DataShape& shape() const { return shape_; }
+  // Training records are [0, train_records()) of spec().
+  int64_t train_records() const { return train_records_; }
+  // Records [begin, end) of the training part.
+  absl::StatusOr<Examples> ReadTrain(int64_t begin, int64_t end) const;
+  // Every held-out example.
+  absl::StatusOr<Examples> ReadTest() const;
+
+ private:
+  DataSpec train_;
+  DataShape shape_;
+  Options options_;
+  int64_t train_records_ = 0;
+  int64_t test_begin_ = 0, test_end_ = 0;  // records of the held-out part in its file
+};
 
 }  // namespace pstrain

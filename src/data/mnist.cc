@@ -1,4 +1,5 @@
 // MNIST-layout data sets (MNIST, Fashion-MNIST): an idx3 image file and an idx1 label file.
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/status/status.h"
@@ -27,7 +28,8 @@ std::string DimsString(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& split) {
+absl::StatusOr<Examples> LoadMnist(const std::string& dir, const std::string& split, int64_t begin,
+                                   int64_t end) {
   absl::StatusOr<std::string> images_path =
       FindFile(dir, split + "-images-idx3-ubyte", split + " images");
   if (!images_path.ok()) return images_path.status();
@@ -54,25 +56,26 @@ absl::StatusOr<Dataset> LoadMnist(const std::string& dir, const std::string& spl
                                                    " images but ", *labels_path, " has ",
                                                    labels->dims[0], " labels"));
   }
-
-  Dataset ds;
-  ds.num_classes = 10;
-  ds.labels.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t label = labels->data[static_cast<size_t>(i)];
-    if (label >= ds.num_classes) {
+    if (label >= kMnistClasses) {
       return absl::InvalidArgumentError(absl::StrCat(*labels_path, ": label ", int{label},
                                                      " at index ", i, " is out of range [0, ",
-                                                     ds.num_classes, ")"));
+                                                     kMnistClasses, ")"));
     }
-    ds.labels[static_cast<size_t>(i)] = label;
   }
+  if (end < 0 || end > n) end = n;
+  begin = std::clamp<int64_t>(begin, 0, end);
 
+  Examples out;
   const int64_t features = images->dims[1] * images->dims[2];
-  using ByteMatrix = Eigen::Matrix<uint8_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::Map<const ByteMatrix> bytes(images->data.data(), n, features);
-  ds.images = bytes.cast<float>() * (1.0f / 255.0f);
-  return ds;
+  out.dense_dim = static_cast<int>(features);
+  out.dense.resize(static_cast<size_t>((end - begin) * features));
+  const uint8_t* pixels = images->data.data() + begin * features;
+  for (size_t i = 0; i < out.dense.size(); ++i) out.dense[i] = pixels[i] * (1.0f / 255.0f);
+  out.labels.assign(labels->data.begin() + begin, labels->data.begin() + end);
+  out.sparse_offsets.assign(static_cast<size_t>(end - begin) + 1, 0);
+  return out;
 }
 
 absl::StatusOr<int64_t> CountMnist(const std::string& dir, const std::string& split) {

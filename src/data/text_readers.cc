@@ -65,6 +65,8 @@ class LineReader {
   int64_t number_ = 0;
 };
 
+bool IsBlank(absl::string_view line) { return absl::StripAsciiWhitespace(line).empty(); }
+
 // Builds an Examples table row by row; a row is either finished or dropped as a whole.
 class TableBuilder {
  public:
@@ -107,9 +109,10 @@ absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& o
   LineReader in;
   if (absl::Status s = in.Open(path); !s.ok()) return s;
   std::string line;
-  int64_t skipped = 0, rows = 0;
-  while ((options.max_rows < 0 || rows < options.max_rows) && in.Next(&line)) {
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
+  int64_t skipped = 0, record = -1;
+  while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&line)) {
+    if (IsBlank(line)) continue;
+    if (++record < options.first_record) continue;
     absl::StatusOr<bool> row = parse_line(line, in.number());
     if (!row.ok()) {
       table->DropRow();
@@ -118,9 +121,7 @@ absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& o
             absl::StrCat(path, ":", in.number(), ": ", row.status().message()));
       }
       ++skipped;
-      continue;
     }
-    if (*row) ++rows;
   }
   if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
   return table->Finish(skipped);
@@ -145,6 +146,16 @@ uint64_t Mix(uint64_t x) {
 uint64_t CategoricalKey(int field, uint32_t value, bool missing) {
   const uint64_t v = missing ? (uint64_t{1} << 32) : value;
   return Mix((static_cast<uint64_t>(field) << 33) | v);
+}
+
+absl::StatusOr<int64_t> CountRecords(const std::string& path) {
+  LineReader in;
+  if (absl::Status s = in.Open(path); !s.ok()) return s;
+  std::string line;
+  int64_t records = 0;
+  while (in.Next(&line)) records += !IsBlank(line);
+  if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
+  return records;
 }
 
 absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,

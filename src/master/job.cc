@@ -12,8 +12,10 @@
 #include "data/data.h"
 #include "master/coordinator.h"
 #include "master/master.h"
+#include "master/model_job.h"
 #include "master/progress.h"
 #include "master/specs.h"
+#include "master/tables.h"
 #include "master/variables.h"
 #include "model/model.h"
 #include "ps.grpc.pb.h"
@@ -46,12 +48,13 @@ absl::Status CallWithRetry(absl::Duration timeout, const std::string& what, cons
 
 class Job {
  public:
-  Job(const MasterOptions& options, Coordinator* coordinator, const Dataset* test,
-      VariablePlacer* placer)
+  Job(const MasterOptions& options, Coordinator* coordinator, ModelJob* model_job,
+      VariablePlacer* placer, TableCreator* tables)
       : config_(options.job),
         coordinator_(coordinator),
-        test_(test),
+        model_job_(model_job),
         placer_(placer),
+        tables_(tables),
         ps_addresses_(options.ps_addresses) {
     for (const std::string& a : options.ps_addresses) {
       ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
@@ -63,39 +66,37 @@ class Job {
 
   absl::StatusOr<JobResult> Run() {
     if (absl::Status s = ConfigurePs(); !s.ok()) return s;
-    std::vector<Placement> placement;
-    std::unique_ptr<Mlp> model;
-    if (config_.model == "mlp") {
-      if (absl::Status s = PrepareMlpJob(); !s.ok()) return s;
-      model = std::make_unique<Mlp>(Widths());
-      absl::StatusOr<std::vector<Placement>> p = CreateMlpVariables(*model);
-      if (!p.ok()) return p.status();
-      placement = *std::move(p);
+    if (model_job_ != nullptr) {
+      SetScheduleLength();
+      if (absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_);
+          !s.ok())
+        return s;
       WarnIfUnbalanced();
     } else {
       coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
+      coordinator_->SetCreateTable(
+          [this](const TableDef& def) { return tables_->GetOrCreate(def); });
     }
     if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
     coordinator_->SetReady();
     const absl::Time start = absl::Now();
-    if (model != nullptr) {
-      if (absl::Status s = StartWorkers(*model, placement); !s.ok()) return s;
-    }
     JobResult result;
     result.mode = config_.mode;
+    if (model_job_ != nullptr) {
+      result.model = config_.model;
+      if (absl::Status s = StartWorkers(&result.bad_lines_skipped); !s.ok()) return s;
+    }
     if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
     result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
     result.num_ps = static_cast<int>(ps_.size());
     result.num_workers = static_cast<int>(workers_.size());
-    if (absl::Status s = CollectStats(&result.ps_stats); !s.ok()) return s;
-    if (model != nullptr) {
+    if (absl::Status s = CollectStats(&result); !s.ok()) return s;
+    if (model_job_ != nullptr) {
       // Every update touches every shard once: updates per shard are the global steps.
       const int64_t shards = placer_->NumShards();
       if (shards > 0) result.global_step = result.ps_stats.updates_applied() / shards;
-      absl::StatusOr<double> acc = Evaluate(*model, placement);
-      if (!acc.ok()) return acc.status();
-      result.test_accuracy = *acc;
+      if (absl::Status s = Evaluate(&result); !s.ok()) return s;
     } else {
       WarnIfUnbalanced();
     }
@@ -119,13 +120,6 @@ class Job {
   }
 
  private:
-  std::vector<int> Widths() const {
-    std::vector<int> w = {static_cast<int>(test_->features())};
-    w.insert(w.end(), config_.hidden.begin(), config_.hidden.end());
-    w.push_back(test_->num_classes);
-    return w;
-  }
-
   absl::Status ConfigurePs() {
     ConfigureRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
@@ -158,12 +152,12 @@ class Job {
   int64_t SyncSteps() const {
     const int64_t workers = static_cast<int64_t>(workers_.size());
     const int64_t b = config_.batch_size;
-    return config_.epochs * (((train_examples_ + workers - 1) / workers + b - 1) / b);
+    return config_.epochs * (((model_job_->train_records() + workers - 1) / workers + b - 1) / b);
   }
   int64_t GlobalSteps() const {
     if (config_.mode == "sync") return SyncSteps();
     const int64_t workers = static_cast<int64_t>(workers_.size());
-    const int64_t n = train_examples_, b = config_.batch_size;
+    const int64_t n = model_job_->train_records(), b = config_.batch_size;
     int64_t steps = 0;
     for (int64_t w = 0; w < workers; ++w) {
       const int64_t shard = n * (w + 1) / workers - n * w / workers;
@@ -172,28 +166,13 @@ class Job {
     return steps;
   }
 
-  // Counts the training set; a cosine schedule without --lr_total_steps then ends with the job.
-  absl::Status PrepareMlpJob() {
-    absl::StatusOr<int64_t> n = CountMnist(config_.data_dir, "train");
-    if (!n.ok()) return n.status();
-    train_examples_ = *n;
+  // A cosine schedule without --lr_total_steps ends with the job.
+  void SetScheduleLength() {
     LearningRateSchedule* s = config_.optimizer.mutable_schedule();
     if (s->kind() == "cosine" && s->total_steps() == 0) {
       s->set_total_steps(GlobalSteps());
       spdlog::info("cosine learning-rate schedule over {} global steps", s->total_steps());
     }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::vector<Placement>> CreateMlpVariables(const Mlp& model) {
-    std::vector<Tensor> init = model.Initialize(config_.seed);
-    std::vector<NewVariable> vars;
-    for (size_t i = 0; i < init.size(); ++i) {
-      std::vector<int64_t> shape = init[i].shape;
-      vars.push_back({model.params()[i].name, std::move(shape), config_.optimizer,
-                      [t = std::move(init[i])]() -> absl::StatusOr<Tensor> { return t; }});
-    }
-    return placer_->CreateAll(vars);
   }
 
   // CreateVariable of a client program: the spec is checked before anything is drawn or sent.
@@ -207,11 +186,10 @@ class Job {
     if (std::optional<std::string> w = placer_->Imbalance()) spdlog::warn("{}", *w);
   }
 
-  absl::Status StartWorkers(const Mlp& model, const std::vector<Placement>& placement) {
+  // Starts every worker on its shard; *bad_lines_skipped sums the data lines they skipped.
+  absl::Status StartWorkers(int64_t* bad_lines_skipped) {
     TrainingSpec spec;
-    spec.set_data_dir(config_.data_dir);
-    for (int w : model.widths()) spec.add_layers(w);
-    for (const Placement& p : placement) *spec.add_placement() = p;
+    model_job_->FillSpec(&spec);
     spec.set_num_shards(static_cast<int>(workers_.size()));
     spec.set_batch_size(config_.batch_size);
     spec.set_epochs(config_.epochs);
@@ -235,12 +213,13 @@ class Job {
           config_.rpc_timeout, "StartTraining", TaskName("worker", t),
           [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, &resp); });
       if (!s.ok()) return s;
+      *bad_lines_skipped += resp.bad_lines_skipped();
     }
     return absl::OkStatus();
   }
 
   // The job's length in global steps, if the chief knows it.
-  int64_t TotalSteps() const { return config_.model == "mlp" ? GlobalSteps() : 0; }
+  int64_t TotalSteps() const { return model_job_ != nullptr ? GlobalSteps() : 0; }
 
   absl::Status WaitForWorkers(absl::Time start, JobResult* result) {
     absl::Time last_line = absl::InfinitePast();
@@ -272,7 +251,7 @@ class Job {
           epoch = std::min(epoch, p.done ? config_.epochs : p.epoch + 1);
         }
         ProgressView view;
-        if (config_.model == "mlp") {
+        if (model_job_ != nullptr) {
           view.epoch = epoch;
           view.epochs = config_.epochs;
         }
@@ -317,8 +296,8 @@ class Job {
     return all_done;
   }
 
-  // Every PS's counters: sums, and the largest clock gap.
-  absl::Status CollectStats(StatsResponse* total) {
+  // Every PS's counters: sums, the largest clock gap, and the tables' counters.
+  absl::Status CollectStats(JobResult* result) {
     PsClient client(ps_addresses_, {}, MakeSender("chief", 0), config_.rpc_timeout);
     absl::StatusOr<std::vector<StatsResponse>> stats;
     absl::Status s = RetryUntil(config_.rpc_timeout, "Stats of every ps", [&] {
@@ -326,6 +305,7 @@ class Job {
       return stats.status();
     });
     if (!s.ok()) return s;
+    StatsResponse* total = &result->ps_stats;
     for (const StatsResponse& s : *stats) {
       total->set_pushes_applied(total->pushes_applied() + s.pushes_applied());
       total->set_updates_applied(total->updates_applied() + s.updates_applied());
@@ -334,29 +314,30 @@ class Job {
       total->set_max_clock_gap(std::max(total->max_clock_gap(), s.max_clock_gap()));
       total->set_pulls_waited(total->pulls_waited() + s.pulls_waited());
     }
+    result->tables = SumTableStats(*stats);
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> Evaluate(Mlp& model, const std::vector<Placement>& placement) {
-    std::vector<VariableRef> vars;
-    for (size_t i = 0; i < placement.size(); ++i) {
-      absl::StatusOr<VariableRef> v =
-          ToVariableRef(placement[i], model.params()[i].name, model.params()[i].shape,
-                        static_cast<int>(ps_addresses_.size()));
-      if (!v.ok()) return v.status();
-      vars.push_back(*std::move(v));
-    }
-    PsClient client(ps_addresses_, std::move(vars), MakeSender("chief", 0), config_.rpc_timeout);
-    std::vector<const float*> values;
-    if (absl::Status s = client.Pull(&values); !s.ok()) return s;
-    return model.Accuracy(values, test_->images, test_->labels.data());
+  // The held-out metrics of the model as trained.
+  absl::Status Evaluate(JobResult* result) {
+    absl::StatusOr<Metrics> m = model_job_->Evaluate(ps_addresses_);
+    if (!m.ok()) return m.status();
+    const bool classification = model_job_->model().task() == ModelTask::kClassification;
+    result->classification = classification;
+    result->binary = !classification;
+    result->test_accuracy = m->accuracy;
+    result->auc = m->auc;
+    result->log_loss = m->log_loss;
+    result->test_examples = m->examples;
+    result->bad_lines_skipped += model_job_->test_bad_lines_skipped();
+    return absl::OkStatus();
   }
 
-  JobConfig config_;            // a copy: Run fills in what the flags left to the job
-  int64_t train_examples_ = 0;  // mlp jobs
+  JobConfig config_;  // a copy: Run fills in what the flags left to the job
   Coordinator* const coordinator_;
-  const Dataset* const test_;
+  ModelJob* const model_job_;  // null for external programs
   VariablePlacer* const placer_;
+  TableCreator* const tables_;
   const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
@@ -408,15 +389,16 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   const int num_workers = static_cast<int>(options.worker_addresses.size());
   const int num_ps = static_cast<int>(options.ps_addresses.size());
   if (absl::Status s = config.ValidateFor(num_ps, num_workers); !s.ok()) return s;
-  Dataset test;
-  if (config.model == "mlp") {
-    absl::StatusOr<Dataset> loaded = LoadMnist(config.data_dir, "t10k");
-    if (!loaded.ok()) return loaded.status();
-    test = *std::move(loaded);
+  std::unique_ptr<ModelJob> model_job;
+  if (config.BuiltInModel()) {
+    absl::StatusOr<std::unique_ptr<ModelJob>> prepared = ModelJob::Prepare(config, num_ps);
+    if (!prepared.ok()) return prepared.status();
+    model_job = *std::move(prepared);
   }
   absl::StatusOr<std::unique_ptr<VariablePlacer>> placer = VariablePlacer::Create(
       options.ps_addresses, config.partitioner, config.placement, config.rpc_timeout);
   if (!placer.ok()) return placer.status();
+  TableCreator tables(options.ps_addresses, config.rpc_timeout);
 
   Coordinator coordinator(options.ps_addresses, num_workers);
   StopRegistration stoppable(&coordinator);
@@ -428,7 +410,7 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   spdlog::info("chief listening on {}, waiting for {} ps and {} workers", options.listen_address,
                num_ps, num_workers);
 
-  Job job(options, &coordinator, &test, placer->get());
+  Job job(options, &coordinator, model_job.get(), placer->get(), &tables);
   absl::StatusOr<JobResult> result;
   if (absl::Status s = coordinator.WaitForRegistration(config.register_timeout); !s.ok()) {
     result = s;

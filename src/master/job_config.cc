@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "data/data.h"
 #include "master/master.h"
 #include "master/placement.h"
 #include "master/specs.h"
@@ -26,15 +27,21 @@ double Round(double x, int digits) {
 JobConfig::JobConfig() {
   optimizer.set_name("adam");
   optimizer.set_learning_rate(0.001);
+  table_optimizer.set_name("adagrad");
+  table_optimizer.set_learning_rate(0.05);
 }
 
+bool JobConfig::BuiltInModel() const { return model != "external"; }
+
 absl::Status JobConfig::Validate() const {
-  if (model != "mlp" && model != "external") {
-    return Bad("--model: unknown model \"", model, "\" (known: mlp, external)");
+  if (model != "mlp" && model != "linear" && model != "wide_deep" && model != "external") {
+    return Bad("--model: unknown model \"", model, "\" (known: mlp, linear, wide_deep, external)");
   }
   for (int h : hidden) {
     if (h <= 0) return Bad("--hidden: layer width ", h, " must be positive");
   }
+  if (absl::Status s = ValidateData(); !s.ok()) return s;
+  if (absl::Status s = ValidateTables(); !s.ok()) return s;
   if (mode != "async" && mode != "sync" && mode != "ssp") {
     return Bad("--mode: unknown mode \"", mode, "\" (known: async, sync, ssp)");
   }
@@ -44,8 +51,11 @@ absl::Status JobConfig::Validate() const {
   if (replicas_to_aggregate < 0) {
     return Bad("--replicas_to_aggregate ", replicas_to_aggregate, " must be non-negative");
   }
-  // The mlp job sets a cosine schedule's length to its own when --lr_total_steps is not given.
-  if (absl::Status s = ValidateOptimizerConfig(optimizer, FlagName, model == "mlp"); !s.ok()) return s;
+  // A built-in model's job sets a cosine schedule's length to its own when --lr_total_steps is
+  // not given.
+  if (absl::Status s = ValidateOptimizerConfig(optimizer, FlagName, BuiltInModel()); !s.ok()) {
+    return s;
+  }
   if (absl::StatusOr<PartitionerSpec> p = ParsePartitioner(partitioner); !p.ok()) {
     return Bad("--partitioner: ", p.status().message());
   }
@@ -66,6 +76,46 @@ absl::Status JobConfig::Validate() const {
     if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
       return Bad(flag, " ", absl::FormatDuration(d), " must be positive and finite");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobConfig::ValidateData() const {
+  if (!BuiltInModel()) return absl::OkStatus();
+  if (absl::StatusOr<DataSpec> d = DataSpec::Parse(data); !d.ok()) {
+    return Bad("--data: ", d.status().message());
+  }
+  if (!test_data.empty()) {
+    if (absl::StatusOr<DataSpec> d = DataSpec::Parse(test_data); !d.ok()) {
+      return Bad("--test_data: ", d.status().message());
+    }
+  }
+  if (!(holdout > 0 && holdout < 1)) return Bad("--holdout ", holdout, " must be in (0, 1)");
+  return absl::OkStatus();
+}
+
+absl::Status JobConfig::ValidateTables() const {
+  if (embedding_dim < 1 || embedding_dim > kMaxTableDim) {
+    return Bad("--embedding_dim ", embedding_dim, " is out of range [1, ", kMaxTableDim, "]");
+  }
+  const std::string& name = table_optimizer.name();
+  if (name != "sgd" && name != "adagrad" && name != "adam" && name != "ftrl") {
+    return Bad("--table_optimizer: unknown table optimizer \"", name,
+               "\" (known: sgd, adagrad, adam, ftrl)");
+  }
+  // Only the name and learning rate of the table optimizer have flags of their own.
+  auto flag = [](absl::string_view field) {
+    if (field == "name") return std::string("--table_optimizer");
+    if (field == "learning_rate") return std::string("--table_lr");
+    return FlagName(field);
+  };
+  if (absl::Status s = ValidateOptimizerConfig(table_optimizer, flag); !s.ok()) return s;
+  const std::pair<const char*, int64_t> counts[] = {{"--admit_after", admit_after},
+                                                    {"--evict_after_steps", evict_after_steps},
+                                                    {"--table_max_rows", table_max_rows},
+                                                    {"--table_max_bytes", table_max_bytes}};
+  for (const auto& [f, v] : counts) {
+    if (v < 0) return Bad(f, " ", v, " must be non-negative");
   }
   return absl::OkStatus();
 }
@@ -108,7 +158,34 @@ std::string JobResult::ToJson() const {
                       {"pulls_waited", ps_stats.pulls_waited()},
                       {"worker_stale_steps", worker_stale_steps}};
   if (total_steps > 0) j["total_steps"] = total_steps;
-  if (test_accuracy > 0) j["test_accuracy"] = Round(test_accuracy, 4);
+  if (!model.empty()) j["model"] = model;
+  if (classification) j["test_accuracy"] = Round(test_accuracy, 4);
+  if (binary) {
+    j["auc"] = Round(auc, 4);
+    j["log_loss"] = Round(log_loss, 4);
+  }
+  if (classification || binary) {
+    j["test_examples"] = test_examples;
+    j["bad_lines_skipped"] = bad_lines_skipped;
+  }
+  if (!tables.empty()) {
+    nlohmann::json t = nlohmann::json::object();
+    for (const TableStats& s : tables) {
+      t[s.name()] = {
+          {"rows", s.rows()},
+          {"bytes", s.bytes()},
+          {"bytes_per_row",
+           s.rows() > 0 ? Round(static_cast<double>(s.bytes()) / static_cast<double>(s.rows()), 1)
+                        : 0.0},
+          {"payload_bytes_per_row", s.payload_bytes_per_row()},
+          {"admitted", s.admitted()},
+          {"filtered", s.filtered_lookups()},
+          {"filtered_gradients", s.filtered_gradients()},
+          {"evicted_by_age", s.evicted_by_age()},
+          {"evicted_by_cap", s.evicted_by_cap()}};
+    }
+    j["tables"] = std::move(t);
+  }
   return j.dump();
 }
 

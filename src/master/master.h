@@ -14,11 +14,29 @@ namespace pstrain {
 
 // What to train and how. Defaults are the demo job's.
 struct JobConfig {
-  std::string data_dir = "data/mnist";
-  std::vector<int> hidden = {256, 128};
-  // "mlp": the built-in MNIST job. "external": workers are client programs (client.h); the chief
-  // creates their variables, runs their barriers and ends the job when all report done.
+  // A built-in model (model/model.h: mlp, linear, wide_deep) trained by the workers on `data`,
+  // or "external": workers are client programs (client.h); the chief creates their variables
+  // and tables, runs their barriers and ends the job when all report done.
   std::string model = "mlp";
+  // The training data, "FORMAT:PATH" (data/data.h DataSpec: idx, csv, libsvm, criteo) or an
+  // MNIST-layout directory. Held out: `test_data` if set, else the last `holdout` fraction of a
+  // text file's records (an idx directory has its own t10k split).
+  std::string data = "data/mnist";
+  std::string test_data;
+  double holdout = 0.1;
+  bool skip_bad_lines = false;  // a malformed data line is skipped and counted, not an error
+  std::vector<int> hidden = {256, 128};  // mlp, and the deep part of wide_deep
+  int embedding_dim = 8;                 // wide_deep
+  bool shared_embedding = false;         // wide_deep: one table for every categorical field
+  // The model's embedding tables (proto TableDef): their optimizer ("adagrad", learning rate
+  // 0.05 unless set), admission and eviction. The caps are for the whole table; each PS task
+  // holds its share (cap / number of PS, rounded up).
+  OptimizerConfig table_optimizer;
+  int admit_after = 0;
+  bool unadmitted_zeros = false;
+  int64_t evict_after_steps = 0;
+  int64_t table_max_rows = 0;
+  int64_t table_max_bytes = 0;
   std::string mode = "async";     // async, sync or ssp
   int replicas_to_aggregate = 0;  // sync: gradients per step; 0 = every worker
   int staleness = 0;              // ssp: clocks a worker may run ahead of the slowest
@@ -39,6 +57,8 @@ struct JobConfig {
   absl::Duration rpc_timeout = absl::Seconds(30);
 
   JobConfig();
+  // Whether the chief trains a built-in model (anything but "external").
+  bool BuiltInModel() const;
   // InvalidArgument naming the first bad setting by its command-line flag ("--lr_step_size must
   // be positive with --lr_schedule step, got 0").
   absl::Status Validate() const;
@@ -46,6 +66,10 @@ struct JobConfig {
   // kMaxTasks each), --replicas_to_aggregate at most the workers, --slow_worker among them.
   // The launcher calls it before starting any process; RunJob calls it too.
   absl::Status ValidateFor(int num_ps, int num_workers) const;
+  // Parts of Validate: --data, --test_data and --holdout (a built-in model's only), and the
+  // table settings.
+  absl::Status ValidateData() const;
+  absl::Status ValidateTables() const;
 };
 
 struct MasterOptions {
@@ -57,7 +81,16 @@ struct MasterOptions {
 
 struct JobResult {
   std::string mode;
-  double test_accuracy = 0;  // mlp jobs
+  std::string model;
+  // Held-out metrics of a built-in model: test_accuracy for a classifier, auc and log_loss for
+  // a binary model (model/model.h Evaluate).
+  bool classification = false, binary = false;
+  double test_accuracy = 0;
+  double auc = 0;
+  double log_loss = 0;
+  int64_t test_examples = 0;
+  int64_t bad_lines_skipped = 0;   // malformed data lines skipped, by the workers and the chief
+  std::vector<TableStats> tables;  // per table, summed over the PS tasks (master/tables.h)
   double examples_per_sec = 0;
   int64_t steps = 0;          // steps of all workers together
   int64_t global_step = 0;    // sync: steps of the model (the PS version); else updates applied
@@ -77,9 +110,11 @@ struct JobResult {
 
 // Runs the whole job from the chief: starts MasterService, waits for every PS and worker to
 // register, configures the PS with the job's consistency mode and its workers, then
-//  - model "mlp": creates, partitions and places the MLP's variables, starts the workers on their
-//    data shards, and evaluates the final parameters on the test set;
-//  - model "external": serves CreateVariable and Barrier to client programs;
+//  - a built-in model (mlp, linear, wide_deep): opens the data, builds the model from the flags
+//    and the data's shape, creates, partitions and places its dense variables and creates its
+//    embedding tables on every PS, starts the workers on their data shards, and evaluates the
+//    final parameters on the held-out examples;
+//  - model "external": serves CreateVariable, CreateTable and Barrier to client programs;
 // logs progress to stderr until every worker reported done, collects the PS counters, and finally
 // tells every task to shut down, saying whether the job succeeded (also on failure, so nothing is
 // left waiting). Errors name the task or file at fault. Variables over kMaxVariableBytes

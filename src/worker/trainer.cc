@@ -5,21 +5,30 @@
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "client/table_client.h"
 #include "common/rpc.h"
-#include "model/model.h"
+#include "data/data.h"
+#include "worker/parameters.h"
 
 namespace pstrain {
 
 namespace {
 
+absl::Status Bad(const auto&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
 // The model's variables with their shards, as the chief placed them, in the model's order.
-absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, const Mlp& model,
+absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, const Model& model,
                                                      int num_ps) {
+  if (spec.placement_size() != static_cast<int>(model.params().size())) {
+    return Bad("placement has ", spec.placement_size(), " variables, the model has ",
+               model.params().size());
+  }
   std::vector<VariableRef> vars;
   for (int i = 0; i < spec.placement_size(); ++i) {
     absl::StatusOr<VariableRef> v =
@@ -30,77 +39,121 @@ absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, c
   return vars;
 }
 
+// The model's tables as the spec names them, in the model's order.
+absl::StatusOr<std::vector<TableRef>> TablesOf(const TrainingSpec& spec, const Model& model) {
+  if (spec.tables_size() != static_cast<int>(model.tables().size())) {
+    return Bad("the spec names ", spec.tables_size(), " tables, the model has ",
+               model.tables().size());
+  }
+  std::vector<TableRef> tables;
+  for (int t = 0; t < spec.tables_size(); ++t) {
+    const TableSpec& want = model.tables()[t];
+    if (spec.tables(t).name() != want.name || spec.tables(t).dim() != want.dim) {
+      return Bad("table ", t, " of the spec is '", spec.tables(t).name(), "' of dim ",
+                 spec.tables(t).dim(), "; the model's is '", want.name, "' of dim ", want.dim);
+    }
+    tables.push_back({want.name, want.dim});
+  }
+  return tables;
+}
+
+// Records [begin, end) of the training records that shard `spec.shard_index()` trains on.
+std::pair<int64_t, int64_t> ShardRange(const TrainingSpec& spec) {
+  const int64_t n = spec.train_records();
+  return {n * spec.shard_index() / spec.num_shards(),
+          n * (spec.shard_index() + 1) / spec.num_shards()};
+}
+
 }  // namespace
 
-absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& data) {
-  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (spec.layers_size() < 2) return bad("training spec needs at least 2 layer widths");
-  for (int w : spec.layers()) {
-    if (w <= 0) return bad("layer width ", w, " must be positive");
+ModelConfig ModelConfigOf(const ModelSpec& spec) {
+  ModelConfig c;
+  c.kind = spec.kind();
+  c.dense_features = spec.dense_features();
+  c.num_classes = spec.num_classes();
+  c.hidden.assign(spec.hidden().begin(), spec.hidden().end());
+  c.categorical_fields = spec.categorical_fields();
+  c.embedding_dim = spec.embedding_dim();
+  c.shared_embedding = spec.shared_embedding();
+  return c;
+}
+
+absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
+  if (absl::StatusOr<DataSpec> data = DataSpec::Parse(spec.data()); !data.ok()) {
+    return data.status();
   }
-  if (spec.layers(0) != data.features()) {
-    return bad("model input width ", spec.layers(0), " does not match the data's ", data.features(),
-               " features");
-  }
-  if (spec.layers(spec.layers_size() - 1) != data.num_classes) {
-    return bad("model output width ", spec.layers(spec.layers_size() - 1), " does not match the ",
-               data.num_classes, " classes of the data");
-  }
+  if (spec.train_records() < 1) return Bad("the spec has no training records");
   if (spec.num_shards() < 1 || spec.shard_index() < 0 || spec.shard_index() >= spec.num_shards()) {
-    return bad("shard ", spec.shard_index(), " of ", spec.num_shards(), " does not exist");
+    return Bad("shard ", spec.shard_index(), " of ", spec.num_shards(), " does not exist");
   }
-  if (spec.batch_size() < 1) return bad("batch size must be at least 1");
-  if (spec.epochs() < 1) return bad("epochs must be at least 1");
-  if (spec.report_every() < 1) return bad("report_every must be at least 1");
-  if (spec.rpc_timeout_s() <= 0) return bad("rpc timeout must be positive");
-  Mlp model(std::vector<int>(spec.layers().begin(), spec.layers().end()));
-  if (spec.placement_size() != static_cast<int>(model.params().size())) {
-    return bad("placement has ", spec.placement_size(), " variables, the model has ",
-               model.params().size());
-  }
-  if (absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, model, num_ps);
+  if (spec.batch_size() < 1) return Bad("batch size must be at least 1");
+  if (spec.epochs() < 1) return Bad("epochs must be at least 1");
+  if (spec.report_every() < 1) return Bad("report_every must be at least 1");
+  if (spec.rpc_timeout_s() <= 0) return Bad("rpc timeout must be positive");
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(ModelConfigOf(spec.model()));
+  if (!model.ok()) return model.status();
+  if (absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, **model, num_ps);
       !vars.ok()) {
     return vars.status();
   }
+  if (absl::StatusOr<std::vector<TableRef>> tables = TablesOf(spec, **model); !tables.ok()) {
+    return tables.status();
+  }
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
-    return bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
+    return Bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
   }
   if (spec.mode() == "sync" && spec.total_steps() < 1) {
-    return bad("sync mode needs the job's total_steps");
+    return Bad("sync mode needs the job's total_steps");
   }
   return absl::OkStatus();
 }
 
-// The first non-finite gradient value, as "variable 'x' has nan at index i", or "".
-std::string NonFinite(const std::vector<Tensor>& grads, const std::vector<VariableRef>& vars) {
-  for (size_t i = 0; i < grads.size(); ++i) {
-    for (int64_t j = 0; j < grads[i].size(); ++j) {
-      if (!std::isfinite(grads[i].values[j])) {
-        return absl::StrCat("gradient for variable '", vars[i].name, "' has ", grads[i].values[j],
-                            " at index ", j);
+absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
+  absl::StatusOr<DataSpec> data = DataSpec::Parse(spec.data());
+  if (!data.ok()) return data.status();
+  const auto [begin, end] = ShardRange(spec);
+  return ReadTrainingRecords(
+      *data, begin, end,
+      spec.skip_bad_lines() ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop);
+}
+
+absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
+  const auto [begin, end] = ShardRange(spec);
+  const std::string where = absl::StrCat(spec.data(), " records [", begin, ", ", end, ")");
+  if (data.size() == 0) return Bad(where, ": no examples to train on");
+  const ModelSpec& m = spec.model();
+  if (data.dense_dim != m.dense_features()) {
+    return Bad("model ", m.kind(), " has ", m.dense_features(), " dense inputs; ", where, " has ",
+               data.dense_dim, " dense features");
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(ModelConfigOf(m));
+  if (!model.ok()) return model.status();
+  if ((*model)->task() == ModelTask::kClassification) {
+    for (int64_t r = 0; r < data.size(); ++r) {
+      const float l = data.labels[r];
+      if (!(l >= 0 && l < m.num_classes() && l == std::floor(l))) {
+        return Bad(where, ": label ", l, " of example ", r, " is not a class in [0, ",
+                   m.num_classes(), ")");
       }
     }
   }
-  return "";
+  return absl::OkStatus();
 }
 
-void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& options) {
-  Mlp model(std::vector<int>(spec.layers().begin(), spec.layers().end()));
-  // ValidateSpec accepted the placement.
-  const std::vector<VariableRef> vars =
-      *VariablesOf(spec, model, static_cast<int>(options.ps_addresses.size()));
-  PsClient ps(options.ps_addresses, vars, MakeSender("worker", options.task),
-              absl::Seconds(spec.rpc_timeout_s()));
-  ps.set_canceller(options.cancel);
+void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options) {
+  // ValidateSpec accepted the model, its placement and its tables.
+  std::unique_ptr<Model> model = *Model::Create(ModelConfigOf(spec.model()));
+  const int num_ps = static_cast<int>(options.ps_addresses.size());
+  ModelParameters params(options.ps_addresses, *VariablesOf(spec, *model, num_ps),
+                         *TablesOf(spec, *model), MakeSender("worker", options.task),
+                         absl::Seconds(spec.rpc_timeout_s()), options.cancel);
   const bool sync = spec.mode() == "sync";
   const bool ssp = spec.mode() == "ssp";
 
   const int64_t n = data.size();
-  const int64_t begin = n * spec.shard_index() / spec.num_shards();
-  const int64_t end = n * (spec.shard_index() + 1) / spec.num_shards();
-  const int64_t steps_per_epoch = (end - begin + spec.batch_size() - 1) / spec.batch_size();
-  std::vector<int64_t> order(end - begin);
-  std::iota(order.begin(), order.end(), begin);
+  const int64_t steps_per_epoch = (n + spec.batch_size() - 1) / spec.batch_size();
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(spec.seed());
 
   ProgressRequest report;
@@ -119,10 +172,10 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
     send();
   };
 
-  Matrix x;
-  std::vector<int32_t> labels;
-  std::vector<const float*> values;
-  std::vector<Tensor> grads;
+  Examples batch;
+  batch.dense_dim = data.dense_dim;
+  ModelInputs inputs;
+  ModelGrads grads;
   uint64_t next_step = 0;  // sync: the global step this worker waits for
   // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
   // total_steps, since dropped (stale) gradients do not count towards it.
@@ -132,15 +185,13 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
     for (size_t at = 0; !reached_total && at < order.size(); at += spec.batch_size()) {
       if (options.stop->load()) return;
       const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
-      x.resize(rows, data.features());
-      labels.resize(rows);
-      for (int64_t r = 0; r < rows; ++r) {
-        x.row(r) = data.images.row(order[at + r]);
-        labels[r] = data.labels[order[at + r]];
-      }
-      absl::Status s = ps.Pull(&values, sync ? next_step : 0, ssp ? report.steps() : 0, sync);
+      batch.Clear();
+      for (int64_t r = 0; r < rows; ++r) batch.AppendRow(data, order[at + r]);
+      const std::vector<std::vector<uint64_t>>& keys = model->TouchedKeys(batch);
+      absl::Status s =
+          params.Read(keys, sync ? next_step : 0, ssp ? report.steps() : 0, sync, &inputs);
       if (!s.ok()) return fail(std::string(s.message()));
-      const uint64_t step = ps.min_version_read();
+      const uint64_t step = params.step();
       if (sync && static_cast<int64_t>(step) >= spec.total_steps()) {
         reached_total = true;
         break;
@@ -149,14 +200,15 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
       if (spec.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
         std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
       }
-      loss_sum += model.ForwardBackward(values, x, labels.data(), &grads);
+      loss_sum += model->ForwardBackward(inputs, batch, &grads);
       ++loss_count;
-      if (std::string bad = NonFinite(grads, vars); !bad.empty()) {
+      if (std::string bad = NonFinite(grads, model->params(), model->tables(), keys);
+          !bad.empty()) {
         if (spec.stop_on_nonfinite()) return fail(absl::StrCat("step ", report.steps(), ": ", bad));
         report.set_nonfinite_skipped(report.nonfinite_skipped() + 1);
       } else {
         int dropped = 0;
-        s = ps.Push(grads, &dropped);
+        s = params.Write(keys, grads, sync, &dropped);
         if (!s.ok()) return fail(std::string(s.message()));
         if (dropped > 0) report.set_stale_dropped(report.stale_dropped() + 1);
       }
@@ -166,7 +218,7 @@ void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& 
       if (report.steps() % spec.report_every() == 0 && !send()) return;
     }
   }
-  if (absl::Status s = ps.Leave(); !s.ok()) return fail(std::string(s.message()));
+  if (absl::Status s = params.Leave(); !s.ok()) return fail(std::string(s.message()));
   report.set_done(true);
   send();
 }

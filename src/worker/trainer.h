@@ -1,4 +1,4 @@
-// Internal to src/worker: the training loop of one worker.
+// Internal to src/worker: the training loop of one worker, for any model behind model/model.h.
 #pragma once
 
 #include <atomic>
@@ -7,15 +7,29 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/examples.h"
 #include "common/rpc.h"
-#include "data/data.h"
 #include "master.pb.h"
+#include "model/model.h"
 #include "worker.pb.h"
 
 namespace pstrain {
 
-// Checks a spec against the cluster and the loaded data; InvalidArgument names the bad field.
-absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps, const Dataset& data);
+// The model a spec describes.
+ModelConfig ModelConfigOf(const ModelSpec& spec);
+
+// Checks a spec against the cluster before any data is read: the data spec, the shard, the
+// model, its placement and tables, the mode and the loop's settings. InvalidArgument names the
+// bad field.
+absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps);
+
+// This worker's shard of the training records (TrainingSpec.train_records), read from the data.
+absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec);
+
+// Checks the shard against the model: its dense features, and for a classifier that every label
+// is one of its classes. InvalidArgument naming the data and the example otherwise.
+absl::Status CheckShard(const TrainingSpec& spec, const Examples& data);
 
 struct TrainerOptions {
   int task = 0;
@@ -27,8 +41,10 @@ struct TrainerOptions {
   CallCanceller* cancel = nullptr;          // ends the calls to the PS in flight, if set
 };
 
-// Trains for spec.epochs over this worker's shard of `data`: pull, forward and backward, push.
-// Reports every spec.report_every steps and once at the end (done or error).
-void Train(const TrainingSpec& spec, const Dataset& data, const TrainerOptions& options);
+// Trains for spec.epochs over `data` (this worker's shard, checked by ValidateSpec and
+// CheckShard): per step the keys the batch touches, a pull of the dense parameters and a lookup
+// of the table rows (in parallel), forward and backward, a push of both gradients. Reports every
+// spec.report_every steps and once at the end (done or error).
+void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options);
 
 }  // namespace pstrain

@@ -54,8 +54,8 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
                                           Raw* resp) override {
     return ServeRaw<StartTrainingRequest, StartTrainingResponse>(
         ctx, req, resp, "StartTraining",
-        [this](const StartTrainingRequest& q, StartTrainingResponse*, FinishFn done) {
-          Start(q, std::move(done));
+        [this](const StartTrainingRequest& q, StartTrainingResponse* r, FinishFn done) {
+          Start(q, r, std::move(done));
         });
   }
 
@@ -81,7 +81,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
  private:
   // A repeated call from the same chief (a retry) gets the first call's outcome, waiting for it
   // if needed.
-  void Start(const StartTrainingRequest& req, FinishFn done) {
+  void Start(const StartTrainingRequest& req, StartTrainingResponse* resp, FinishFn done) {
     absl::Status refused;
     std::optional<absl::Status> outcome;
     bool first = false;
@@ -91,8 +91,9 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
       if (refused.ok()) {
         if (start_status_) {
           outcome = *start_status_;
+          *resp = start_response_;
         } else {
-          waiting_starts_.push_back(std::move(done));
+          waiting_starts_.push_back({resp, std::move(done)});
         }
         first = !started_;
         started_ = true;
@@ -121,19 +122,35 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     return absl::OkStatus();
   }
 
-  // The training thread: checks the spec against the data, answers every StartTraining call
-  // waiting for that, then trains.
+  // The training thread: checks the spec, reads this worker's shard of the data and checks it,
+  // answers every StartTraining call waiting for that, then trains.
   void Run(const TrainingSpec& spec) {
-    absl::StatusOr<Dataset> data = LoadMnist(spec.data_dir(), "train");
-    absl::Status s = data.status();
-    if (s.ok()) s = ValidateSpec(spec, options_.ps_addresses.size(), *data);
-    std::vector<FinishFn> waiting;
+    absl::Status s = ValidateSpec(spec, static_cast<int>(options_.ps_addresses.size()));
+    absl::StatusOr<Examples> data = absl::UnknownError("not read");
+    if (s.ok()) {
+      data = ReadShard(spec);
+      s = data.status();
+    }
+    if (s.ok()) s = CheckShard(spec, *data);
+    StartTrainingResponse response;
+    if (s.ok()) {
+      response.set_examples(data->size());
+      response.set_bad_lines_skipped(data->bad_lines_skipped);
+      if (data->bad_lines_skipped > 0) {
+        spdlog::warn("skipped {} malformed lines of {}", data->bad_lines_skipped, spec.data());
+      }
+    }
+    std::vector<WaitingStart> waiting;
     {
       absl::MutexLock lock(&mu_);
       start_status_ = s;
+      start_response_ = response;
       waiting.swap(waiting_starts_);
     }
-    for (FinishFn& d : waiting) d(s);
+    for (WaitingStart& w : waiting) {
+      *w.response = response;
+      w.done(s);
+    }
     if (!s.ok()) {
       spdlog::error("cannot start training: {}", std::string(s.message()));
       return;
@@ -189,8 +206,13 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   uint64_t chief_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not known yet
   // The outcome of checking the first StartTraining's spec and data, once known.
   std::optional<absl::Status> start_status_ ABSL_GUARDED_BY(mu_);
+  StartTrainingResponse start_response_ ABSL_GUARDED_BY(mu_);  // with an OK start_status_
   // StartTraining calls waiting for that outcome.
-  std::vector<FinishFn> waiting_starts_ ABSL_GUARDED_BY(mu_);
+  struct WaitingStart {
+    StartTrainingResponse* response;  // alive until `done` runs
+    FinishFn done;
+  };
+  std::vector<WaitingStart> waiting_starts_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Started by the first StartTraining (started_ makes it the only one); joined on destruction,
   // after the server stopped calling.

@@ -279,8 +279,9 @@ class Cluster:
 
     def training_spec(self):
         """One step of a softmax regression on worker 1's half of MNIST."""
+        model = pb("ModelSpec")(kind="mlp", dense_features=784, num_classes=10)
         spec = pb("TrainingSpec")(
-            data_dir=self.data_dir, layers=[784, 10], shard_index=1, num_shards=2,
+            data=self.data_dir, train_records=60000, model=model, shard_index=1, num_shards=2,
             batch_size=30000, epochs=1, seed=1, report_every=1, rpc_timeout_s=60, mode="async")
         for name in ("dense0/kernel", "dense0/bias"):
             spec.placement.append(self.placements[name])

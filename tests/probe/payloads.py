@@ -91,7 +91,7 @@ class Generator:
             return self.rng.choice(self.names + ["", "probe/absent", "dense0/kernel/part_0"])
         if field == "job":
             return self.rng.choice(JOBS)
-        if field == "data_dir" and r < 0.5:
+        if field == "data" and r < 0.5:
             return self.rng.choice(self.data_dirs)
         if field in ("kind", "mode", "partitioner") and r < 0.7:
             return self.rng.choice(KINDS)

@@ -1,0 +1,200 @@
+#include "master/model_job.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "client/table_client.h"
+#include "common/rpc.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+namespace {
+
+// Held-out examples evaluated per lookup and forward pass.
+constexpr int64_t kEvalChunk = 4096;
+
+absl::Status Bad(const auto&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
+InitializerDef ToProto(const Initializer& init) {
+  InitializerDef d;
+  d.set_kind(init.kind);
+  d.set_value(init.value);
+  d.set_low(init.low);
+  d.set_high(init.high);
+  d.set_mean(init.mean);
+  d.set_stddev(init.stddev);
+  d.set_seed(init.seed);
+  return d;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// 1 + the largest label of `e`, checking that every label is a class index.
+absl::StatusOr<int> ClassesOf(const Examples& e, const std::string& what) {
+  int classes = 0;
+  for (int64_t r = 0; r < e.size(); ++r) {
+    const float l = e.labels[r];
+    if (!(l >= 0 && l < (1 << 20) && l == std::floor(l))) {
+      return Bad(what, ": label ", l, " of example ", r,
+                 " is not a class index (a non-negative integer), as a classifier needs");
+    }
+    classes = std::max(classes, static_cast<int>(l) + 1);
+  }
+  return classes;
+}
+
+}  // namespace
+
+TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps) {
+  TableDef def;
+  def.set_name(table.name);
+  def.set_dim(table.dim);
+  *def.mutable_initializer() = ToProto(table.initializer);
+  *def.mutable_optimizer() = config.table_optimizer;
+  def.set_admit_after(config.admit_after);
+  def.set_unadmitted_zeros(config.unadmitted_zeros);
+  def.set_evict_after_steps(config.evict_after_steps);
+  def.set_max_rows(CeilDiv(config.table_max_rows, num_ps));
+  def.set_max_bytes(CeilDiv(config.table_max_bytes, num_ps));
+  return def;
+}
+
+ModelJob::ModelJob(const JobConfig& config, int num_ps, Dataset data, Examples test,
+                   ModelConfig model_config, std::unique_ptr<Model> model)
+    : config_(config),
+      data_(std::move(data)),
+      test_(std::move(test)),
+      model_config_(std::move(model_config)),
+      model_(std::move(model)),
+      num_ps_(num_ps) {}
+
+absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& config, int num_ps) {
+  // JobConfig::Validate checked that both specs parse.
+  const DataSpec train = *DataSpec::Parse(config.data);
+  Dataset::Options options;
+  options.bad_lines =
+      config.skip_bad_lines ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
+  if (!config.test_data.empty()) options.test = *DataSpec::Parse(config.test_data);
+  options.holdout = config.holdout;
+  absl::StatusOr<Dataset> data = Dataset::Open(train, options);
+  if (!data.ok()) return data.status();
+  absl::StatusOr<Examples> test = data->ReadTest();
+  if (!test.ok()) return test.status();
+  if (test->size() == 0) {
+    return Bad(config.test_data.empty() ? config.data : config.test_data,
+               ": no held-out example could be read");
+  }
+
+  ModelConfig mc;
+  mc.kind = config.model;
+  mc.dense_features = data->shape().dense_features;
+  mc.categorical_fields = data->shape().categorical_fields;
+  mc.num_classes = data->shape().num_classes;
+  mc.hidden = config.hidden;
+  mc.embedding_dim = config.embedding_dim;
+  mc.shared_embedding = config.shared_embedding;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(mc);
+  if (!model.ok()) return Bad("--data ", config.data, ": ", model.status().message());
+  if ((*model)->task() == ModelTask::kClassification && mc.num_classes == 0) {
+    // A text file does not say how many classes it has: its labels do.
+    absl::StatusOr<Examples> all = data->ReadTrain(0, data->train_records());
+    if (!all.ok()) return all.status();
+    absl::StatusOr<int> train_classes = ClassesOf(*all, config.data);
+    if (!train_classes.ok()) return train_classes.status();
+    absl::StatusOr<int> test_classes = ClassesOf(*test, "the held-out examples");
+    if (!test_classes.ok()) return test_classes.status();
+    mc.num_classes = std::max({2, *train_classes, *test_classes});
+    model = Model::Create(mc);
+    if (!model.ok()) return Bad("--data ", config.data, ": ", model.status().message());
+  }
+  spdlog::info("model {} on {}: {} training records, {} held-out examples", mc.kind,
+               data->spec().ToString(), data->train_records(), test->size());
+  return std::unique_ptr<ModelJob>(
+      new ModelJob(config, num_ps, *std::move(data), *std::move(test), mc, *std::move(model)));
+}
+
+absl::Status ModelJob::CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,
+                                        TableCreator* tables) {
+  std::vector<Tensor> init = model_->Initialize(config_.seed);
+  std::vector<NewVariable> vars;
+  for (size_t i = 0; i < init.size(); ++i) {
+    std::vector<int64_t> shape = init[i].shape;
+    vars.push_back({model_->params()[i].name, std::move(shape), optimizer,
+                    [t = std::move(init[i])]() -> absl::StatusOr<Tensor> { return t; }});
+  }
+  absl::StatusOr<std::vector<Placement>> placement = placer->CreateAll(vars);
+  if (!placement.ok()) return placement.status();
+  placement_ = *std::move(placement);
+  for (const TableSpec& t : model_->tables()) {
+    if (absl::Status s = tables->GetOrCreate(TableDefOf(t, config_, num_ps_)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void ModelJob::FillSpec(TrainingSpec* spec) const {
+  spec->set_data(data_.spec().ToString());
+  spec->set_train_records(data_.train_records());
+  spec->set_skip_bad_lines(config_.skip_bad_lines);
+  ModelSpec* m = spec->mutable_model();
+  m->set_kind(model_config_.kind);
+  m->set_dense_features(model_config_.dense_features);
+  m->set_num_classes(model_config_.num_classes);
+  for (int h : model_config_.hidden) m->add_hidden(h);
+  m->set_categorical_fields(model_config_.categorical_fields);
+  m->set_embedding_dim(model_config_.embedding_dim);
+  m->set_shared_embedding(model_config_.shared_embedding);
+  for (const Placement& p : placement_) *spec->add_placement() = p;
+  for (const TableSpec& t : model_->tables()) {
+    TableInfo* info = spec->add_tables();
+    info->set_name(t.name);
+    info->set_dim(t.dim);
+  }
+}
+
+absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_addresses) {
+  const int num_ps = static_cast<int>(ps_addresses.size());
+  std::vector<VariableRef> vars;
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    absl::StatusOr<VariableRef> v =
+        ToVariableRef(placement_[i], model_->params()[i].name, model_->params()[i].shape, num_ps);
+    if (!v.ok()) return v.status();
+    vars.push_back(*std::move(v));
+  }
+  const Sender chief = MakeSender("chief", 0);
+  PsClient dense(ps_addresses, std::move(vars), chief, config_.rpc_timeout);
+  ModelInputs in;
+  if (absl::Status s = dense.Pull(&in.params); !s.ok()) return s;
+  std::vector<TableRef> refs;
+  for (const TableSpec& t : model_->tables()) refs.push_back({t.name, t.dim});
+  std::unique_ptr<TableClient> tables;
+  if (!refs.empty()) {
+    tables =
+        std::make_unique<TableClient>(ps_addresses, std::move(refs), chief, config_.rpc_timeout);
+  }
+  std::vector<float> predictions, chunk_predictions;
+  predictions.reserve(test_.size());
+  std::vector<std::vector<float>> rows;
+  Examples chunk;
+  chunk.dense_dim = test_.dense_dim;
+  for (int64_t begin = 0; begin < test_.size(); begin += kEvalChunk) {
+    chunk.Clear();
+    for (int64_t r = begin; r < std::min(test_.size(), begin + kEvalChunk); ++r) {
+      chunk.AppendRow(test_, r);
+    }
+    const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(chunk);
+    if (tables != nullptr) {
+      if (absl::Status s = tables->Lookup(keys, &rows); !s.ok()) return s;
+      in.rows.clear();
+      for (const std::vector<float>& r : rows) in.rows.push_back(r.data());
+    }
+    model_->Predict(in, chunk, &chunk_predictions);
+    predictions.insert(predictions.end(), chunk_predictions.begin(), chunk_predictions.end());
+  }
+  return ::pstrain::Evaluate(model_->task(), predictions, test_.labels);
+}
+
+}  // namespace pstrain

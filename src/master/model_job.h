@@ -1,0 +1,65 @@
+// Internal to src/master: the chief's part of a job that trains a built-in model (model/model.h):
+// the data, the model built from the flags and the data's shape, its dense variables and
+// embedding tables on the PS, what every worker's spec says of them, and the evaluation on the
+// held-out examples.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "data/data.h"
+#include "master/master.h"
+#include "master/tables.h"
+#include "master/variables.h"
+#include "model/model.h"
+#include "worker.pb.h"
+
+namespace pstrain {
+
+// The table definition the chief creates for `table` of the model on each of `num_ps` tasks:
+// the flags' optimizer, admission and eviction, and the whole-table caps divided over the tasks
+// (rounded up, so a cap stays a cap).
+TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps);
+
+// Not thread-safe: the chief's job thread uses it.
+class ModelJob {
+ public:
+  // Opens config.data (counting its records) and reads the held-out examples, then builds the
+  // model of config.model from the flags and the data's shape (a classifier over a text file
+  // reads the training labels for its number of classes). `num_ps` divides the table caps.
+  // Errors name the data or the flag.
+  static absl::StatusOr<std::unique_ptr<ModelJob>> Prepare(const JobConfig& config, int num_ps);
+
+  int64_t train_records() const { return data_.train_records(); }
+  const Model& model() const { return *model_; }
+
+  // Creates the dense variables through `placer` with `optimizer` (the job's, its schedule's
+  // length filled in; values drawn from config.seed) and the tables on every PS through
+  // `tables`.
+  absl::Status CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,
+                                TableCreator* tables);
+
+  // Sets what every worker's spec says of the data, the model, its placement and its tables.
+  void FillSpec(TrainingSpec* spec) const;
+
+  // The model's metrics on the held-out examples, with the parameters as the PS hold them now.
+  absl::StatusOr<Metrics> Evaluate(const std::vector<std::string>& ps_addresses);
+  int64_t test_bad_lines_skipped() const { return test_.bad_lines_skipped; }
+
+ private:
+  ModelJob(const JobConfig& config, int num_ps, Dataset data, Examples test,
+           ModelConfig model_config, std::unique_ptr<Model> model);
+
+  const JobConfig config_;
+  const Dataset data_;
+  const Examples test_;
+  const ModelConfig model_config_;
+  const std::unique_ptr<Model> model_;
+  const int num_ps_;
+  std::vector<Placement> placement_;  // set by CreateParameters
+};
+
+}  // namespace pstrain
