@@ -123,6 +123,45 @@ TEST(TablesCluster, SyncWithTwoWorkersOfBatchBEqualsOneWorkerOfBatchTwoB) {
   }
 }
 
+// Sync mode: a step of a table applies once every worker's sparse gradient arrived on every PS,
+// so a worker whose batches touch no key still pushes (no keys) and the steps go on.
+TEST(TablesCluster, SyncStepsGoOnWhenAWorkerTouchesNoKey) {
+  constexpr int kSteps = 10;
+  ExternalCluster cluster(std::to_string(getpid()) + "-nokeys", 2, 2);
+  cluster.Start({"--mode", "sync"});
+  std::vector<absl::Status> results(2);
+  std::vector<float> row_after(kDim);
+  auto work = [&](int task) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<Client>> c =
+        Client::Connect({.chief = cluster.chief(), .task = task, .timeout = absl::Seconds(60)});
+    if (!c.ok()) return c.status();
+    Client& client = **c;
+    absl::StatusOr<int> t = client.CreateTable(
+        {.name = "emb", .dim = kDim, .optimizer = OptimizerOptions{.learning_rate = 1}});
+    if (!t.ok()) return t.status();
+    // Worker 0 pushes a gradient of 2 for key 7 each step, worker 1 none: the average is 1.
+    const std::vector<uint64_t> keys =
+        task == 0 ? std::vector<uint64_t>{7} : std::vector<uint64_t>{};
+    const std::vector<float> grads(keys.size() * kDim, 2.f);
+    std::vector<const float*> rows;
+    for (int s = 0; s < kSteps; ++s) {
+      if (absl::Status st = client.Lookup({keys}, &rows); !st.ok()) return st;
+      if (absl::Status st = client.PushSparse({keys}, {grads}); !st.ok()) return st;
+    }
+    if (absl::Status st = client.Barrier("trained"); !st.ok()) return st;
+    if (absl::Status st = client.Lookup({{7}}, &rows); !st.ok()) return st;
+    if (task == 0) row_after.assign(rows[0], rows[0] + kDim);
+    return client.Done();
+  };
+  std::thread other([&] { results[1] = work(1); });
+  results[0] = work(0);
+  other.join();
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w];
+  // Zeros, then kSteps steps of SGD at rate 1 on the average gradient 1.
+  EXPECT_THAT(row_after, ::testing::Each(-float(kSteps)));
+  EXPECT_EQ(cluster.Finish().exit_code, 0);
+}
+
 TEST(TablesCluster, CreateTableIsGetOrCreateAndNamesAFieldThatDiffers) {
   ExternalCluster cluster(std::to_string(getpid()) + "-create", 2, 2);
   cluster.Start({});
