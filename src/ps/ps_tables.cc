@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/limits.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -55,6 +56,12 @@ std::string FloatCount(size_t got) {
 
 std::string ParameterServerImpl::TableWhere(absl::string_view name) const {
   return absl::StrCat("table ", Quoted(name), " on ", Where());
+}
+
+absl::Status ParameterServerImpl::FromTable(absl::string_view name, const absl::Status& s) const {
+  absl::string_view message = s.message();
+  absl::ConsumePrefix(&message, absl::StrCat("table ", Quoted(name), ": "));
+  return absl::Status(s.code(), absl::StrCat(TableWhere(name), ": ", message));
 }
 
 absl::StatusOr<TablePtr> ParameterServerImpl::FindTable(absl::string_view name) {
@@ -100,9 +107,7 @@ absl::Status ParameterServerImpl::CreateTables(const CreateTablesRequest& req,
                          (*existing)->def.ShortDebugString().substr(0, 512), ")"));
       }
       absl::StatusOr<std::unique_ptr<EmbeddingTable>> table = EmbeddingTable::Create(def);
-      if (!table.ok()) {
-        return WithPrefix(table.status(), absl::StrCat("creating ", TableWhere(def.name()), ": "));
-      }
+      if (!table.ok()) return FromTable(def.name(), table.status());
       created.emplace_back(def.name(), std::make_shared<Table>(def, *std::move(table)));
     }
   } catch (const std::bad_alloc&) {
@@ -293,7 +298,9 @@ absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode
       }
     }
   }
-  if (absl::Status s = table->rows->CheckPush(slice->keys, slice->n); !s.ok()) return Refused(s);
+  if (absl::Status s = table->rows->CheckPush(slice->keys, slice->n); !s.ok()) {
+    return FromTable(g.table(), s);
+  }
   return absl::OkStatus();
 }
 
