@@ -20,7 +20,10 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/limits.h"
@@ -50,6 +53,15 @@ const T* InPlace(const std::string& bytes, std::vector<T>* copy) {
 std::string FloatCount(size_t got) {
   if (got % sizeof(float) == 0) return absl::StrCat(got / sizeof(float));
   return absl::StrCat(got, " bytes");
+}
+
+// What MessageDifferencer reports ("modified: dim: 4 -> 8\n..."), on one line of at most 512
+// bytes.
+std::string OneLine(absl::string_view differences) {
+  std::string line =
+      absl::StrJoin(absl::StrSplit(absl::StripTrailingAsciiWhitespace(differences), '\n'), "; ");
+  if (line.size() > 512) line = absl::StrCat(line.substr(0, 512), "...");
+  return line;
 }
 
 }  // namespace
@@ -101,10 +113,13 @@ absl::Status ParameterServerImpl::CreateTables(const CreateTablesRequest& req,
     created.reserve(req.tables_size());
     for (const TableDef& def : req.tables()) {
       if (absl::StatusOr<TablePtr> existing = FindTable(def.name()); existing.ok()) {
-        if (google::protobuf::util::MessageDifferencer::Equals((*existing)->def, def)) continue;
-        return absl::AlreadyExistsError(
-            absl::StrCat(TableWhere(def.name()), " already exists with another definition (",
-                         (*existing)->def.ShortDebugString().substr(0, 512), ")"));
+        std::string differences;
+        google::protobuf::util::MessageDifferencer differ;
+        differ.ReportDifferencesToString(&differences);
+        if (differ.Compare((*existing)->def, def)) continue;
+        return absl::AlreadyExistsError(absl::StrCat(TableWhere(def.name()),
+                                                     " already exists with another definition (",
+                                                     OneLine(differences), ")"));
       }
       absl::StatusOr<std::unique_ptr<EmbeddingTable>> table = EmbeddingTable::Create(def);
       if (!table.ok()) return FromTable(def.name(), table.status());
