@@ -42,6 +42,7 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
 
 void RowStore::Remove(uint32_t slot) {
   SlotMeta& m = Meta(slot);
+  ++removals_;
   index_.erase(m.key);
   Unlink(slot);
   m.next = free_head_;

@@ -38,7 +38,18 @@ class RowStore {
     auto it = index_.find(key);
     return it == index_.end() ? kNil : it->second;
   }
+  // Hints for batches: fetch the index buckets of `key`; fetch the first `float_bytes` of the
+  // floats of `slot` (at most 512 bytes) and, with `meta`, its bookkeeping.
   void Prefetch(uint64_t key) const { index_.prefetch(key); }
+  void PrefetchSlot(uint32_t slot, int64_t float_bytes, bool meta) const {
+    const char* p = reinterpret_cast<const char*>(floats(slot));
+    const int64_t end = float_bytes < 512 ? float_bytes : 512;
+    for (int64_t b = 0; b < end; b += 64) __builtin_prefetch(p + b, 1);
+    __builtin_prefetch(p + end - 1, 1);
+    if (meta) __builtin_prefetch(&Meta(slot), 1);
+  }
+  // Rows removed so far: a slot found before is still the key's while this is unchanged.
+  uint64_t removals() const { return removals_; }
 
   // A new row for `key` (which must have none), last updated at `step`, newest in the eviction
   // order; its floats and step count are left to the caller. kNil if kMaxRows rows exist.
@@ -108,6 +119,7 @@ class RowStore {
   uint32_t used_slots_ = 0;             // slots ever handed out (the arena's high-water mark)
   uint32_t free_head_ = kNil;           // free list through SlotMeta::next
   uint32_t head_ = kNil, tail_ = kNil;  // eviction list: oldest, newest
+  uint64_t removals_ = 0;
 };
 
 }  // namespace pstrain

@@ -48,8 +48,14 @@ namespace pstrain {
 namespace {
 
 constexpr int64_t kMaxPendingKeys = int64_t{1} << 17;
+constexpr uint32_t kAdamCachedSteps = 4096;
+// Adam's bias corrections at a step count t: 1 - beta1^t, and sqrt(1 - beta2^t) as AdamKernel
+// takes it.
+struct BiasCorrection {
+  double bc1;
+  float bc2_sqrt;
+};
 constexpr int64_t kChunkBytes = int64_t{1} << 20;  // arena chunks of about this size
-constexpr int kPrefetchAhead = 8;                  // keys probed ahead in a batch
 
 enum class Rule { kSgd, kAdagrad, kAdam, kFtrl };
 
@@ -90,6 +96,10 @@ class Table final : public EmbeddingTable {
     power_ =
         Or(o.has_learning_rate_power(), o.learning_rate_power(), kDefaultFtrlLearningRatePower);
     const double acc = o.initial_accumulator_value();
+    if (rule_ == Rule::kAdam) {
+      bias_.resize(kAdamCachedSteps);
+      for (uint32_t t = 1; t < kAdamCachedSteps; ++t) bias_[t] = Bias(t);
+    }
     first_slot_value_ = static_cast<float>(
         rule_ == Rule::kFtrl && acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
   }
@@ -100,14 +110,15 @@ class Table final : public EmbeddingTable {
   uint64_t Lookup(const uint64_t* keys, int64_t n, float* out) override {
     absl::MutexLock lock(&mu_);
     counters_.keys_looked_up += n;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
-      float* o = out + i * dim_;
-      uint32_t slot = rows_.Find(keys[i]);
-      if (slot == RowStore::kNil) slot = Miss(keys[i], o);
-      // Copied now: a later key of this batch may evict this row to make room.
-      if (slot != RowStore::kNil) std::memcpy(o, rows_.floats(slot), dim_ * sizeof(float));
-    }
+    ForEachKey(keys, n, int64_t{dim_} * int64_t{sizeof(float)}, false,
+               [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                 float* o = out + i * dim_;
+                 if (slot == RowStore::kNil) slot = Miss(keys[i], o);
+                 // Copied now: a later key of this batch may evict this row to make room.
+                 if (slot != RowStore::kNil) {
+                   std::memcpy(o, rows_.floats(slot), dim_ * sizeof(float));
+                 }
+               });
     return version_;
   }
 
@@ -215,6 +226,36 @@ class Table final : public EmbeddingTable {
   }
 
  private:
+  // Calls visit(i, slot of keys[i] or kNil) for i = 0..n-1 in order, as a software pipeline that
+  // hides memory latency: while key i is visited, the slot of key i + kAhead is looked up and
+  // its first `row_bytes` (and bookkeeping, with `meta`) fetched, and the index buckets of key
+  // i + 2 kAhead. A slot looked up ahead is looked up again if `visit` removed rows meanwhile
+  // (a new row may evict others); keys are distinct, so a key absent ahead is still absent.
+  template <typename Visit>
+  void ForEachKey(const uint64_t* keys, int64_t n, int64_t row_bytes, bool meta, Visit visit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    constexpr int64_t kAhead = 8;
+    uint32_t ahead[kAhead];
+    uint64_t removals[kAhead];  // rows_.removals() when ahead[] was looked up
+    auto find = [&](int64_t j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const uint32_t slot = rows_.Find(keys[j]);
+      ahead[j % kAhead] = slot;
+      removals[j % kAhead] = rows_.removals();
+      if (slot != RowStore::kNil) rows_.PrefetchSlot(slot, row_bytes, meta);
+    };
+    for (int64_t j = 0; j < std::min(n, 2 * kAhead); ++j) rows_.Prefetch(keys[j]);
+    for (int64_t j = 0; j < std::min(n, kAhead); ++j) find(j);
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t slot = ahead[i % kAhead];
+      if (slot != RowStore::kNil && removals[i % kAhead] != rows_.removals()) {
+        slot = rows_.Find(keys[i]);
+      }
+      if (i + kAhead < n) find(i + kAhead);
+      if (i + 2 * kAhead < n) rows_.Prefetch(keys[i + 2 * kAhead]);
+      visit(i, slot);
+    }
+  }
+
   // A lookup of `key`, which has no row: counts towards its admission and gives it a row once
   // admitted; otherwise fills `out` with what an unadmitted key reads. Returns the new slot or
   // kNil.
@@ -291,14 +332,13 @@ class Table final : public EmbeddingTable {
     }
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
-      const uint32_t slot = rows_.Find(keys[i]);
-      if (slot == RowStore::kNil) continue;
-      UpdateRow(slot, grads + i * dim_, gs, lr);
-      rows_.Touch(slot, step);
-      ++applied;
-    }
+    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, may_miss_,
+               [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                 if (slot == RowStore::kNil) return;
+                 UpdateRow(slot, grads + i * dim_, gs, lr);
+                 rows_.Touch(slot, step);
+                 ++applied;
+               });
     counters_.gradient_rows_applied += applied;
     counters_.filtered_gradients += (n - applied);
     version_ = step;
@@ -326,12 +366,11 @@ class Table final : public EmbeddingTable {
         return;
       case Rule::kAdam: {
         // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
-        const double t = static_cast<double>(++rows_.step_count(slot));
-        const double bc1 = 1.0 - std::pow(beta1_, t), bc2 = 1.0 - std::pow(beta2_, t);
+        const uint32_t t = ++rows_.step_count(slot);
+        const BiasCorrection bc = t < bias_.size() ? bias_[t] : Bias(t);
         AdamKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, static_cast<float>(1.0 - beta1_),
-                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_),
-                   static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps_),
-                   static_cast<float>(-lr / bc1));
+                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_), bc.bc2_sqrt,
+                   static_cast<float>(eps_), static_cast<float>(-lr / bc.bc1));
         return;
       }
       case Rule::kFtrl:
@@ -346,6 +385,7 @@ class Table final : public EmbeddingTable {
                                 sizeof(def_)) +
            rows_.bytes() + RowStore::IndexBytes(pending_.capacity()) +
            RowStore::IndexBytes(acc_index_.capacity()) +
+           static_cast<int64_t>(bias_.capacity() * sizeof(BiasCorrection)) +
            static_cast<int64_t>(acc_keys_.capacity() * sizeof(uint64_t) +
                                 acc_grads_.capacity() * sizeof(float));
   }
@@ -361,7 +401,14 @@ class Table final : public EmbeddingTable {
   const int64_t max_pending_;
   const bool may_miss_;  // admission or eviction: a pushed key may rightly have no row
   double eps_, beta1_, beta2_, power_;
-  float first_slot_value_;  // adagrad's sum and ftrl's accumulator start here
+  // Adam's bias corrections for step counts below kAdamCachedSteps (two pow calls per row
+  // otherwise).
+  BiasCorrection Bias(uint32_t t) const {
+    const double td = static_cast<double>(t);
+    return {1.0 - std::pow(beta1_, td), static_cast<float>(std::sqrt(1.0 - std::pow(beta2_, td)))};
+  }
+  std::vector<BiasCorrection> bias_;  // indexed by t; empty unless adam
+  float first_slot_value_;            // adagrad's sum and ftrl's accumulator start here
 
   mutable absl::Mutex mu_;
   RowStore rows_ ABSL_GUARDED_BY(mu_);
@@ -414,7 +461,8 @@ absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
       layout.max_pending /= 2;
     }
     const int64_t fixed = static_cast<int64_t>(sizeof(Table)) + def.ByteSizeLong() +
-                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0);
+                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0) +
+                          (steps ? int64_t{kAdamCachedSteps} * int64_t{sizeof(BiasCorrection)} : 0);
     auto fits = [&](int64_t rows) {
       return fixed + RowStore::BytesBound(rows, fpr, steps, chunk) <= def.max_bytes();
     };
