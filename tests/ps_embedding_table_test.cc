@@ -268,6 +268,35 @@ TEST(EmbeddingTable, AdagradFollowsTorchsRuleWithInitialAccumulator) {
   for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(row->slots[0].second[i], sum[i]);
 }
 
+TEST(EmbeddingTable, SlotsStartAsTheirOptimizerSays) {
+  using Slots = std::vector<std::pair<std::string, std::vector<float>>>;
+  struct Case {
+    const char* optimizer;
+    double initial_accumulator_value;
+    Slots want;
+  };
+  const std::vector<float> z(2, 0.0f);
+  const Case cases[] = {
+      {"sgd", 0.5, {}},
+      {"adagrad", 0.0, {{"sum", z}}},
+      {"adagrad", 0.5, {{"sum", {0.5f, 0.5f}}}},
+      // initial_accumulator_value is not Adam's: its moments start at zero.
+      {"adam", 0.5, {{"exp_avg", z}, {"exp_avg_sq", z}, {"step", {0.0f}}}},
+      {"ftrl", 0.0, {{"accumulator", {0.1f, 0.1f}}, {"linear", z}}},  // the default 0.1
+      {"ftrl", 0.3, {{"accumulator", {0.3f, 0.3f}}, {"linear", z}}},
+  };
+  for (const Case& c : cases) {
+    TableDef def = Def("emb", 2, c.optimizer, 0.1);
+    def.mutable_optimizer()->set_initial_accumulator_value(c.initial_accumulator_value);
+    auto t = Make(def);
+    Lookup(*t, {4});
+    const auto row = t->Row(4);
+    ASSERT_TRUE(row.has_value());
+    EXPECT_EQ(row->row, Initial(def, 4)) << c.optimizer;
+    EXPECT_EQ(row->slots, c.want) << c.optimizer << " " << c.initial_accumulator_value;
+  }
+}
+
 TEST(EmbeddingTable, ClipNormScalesTheWholePush) {
   TableDef def = Def("emb", 2, "sgd", 1.0);
   def.mutable_initializer()->set_kind("zeros");

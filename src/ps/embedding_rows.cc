@@ -50,9 +50,9 @@ void RowStore::Remove(uint32_t slot) {
 }
 
 void RowStore::Touch(uint32_t slot, uint64_t step) {
-  SlotMeta& m = Meta(slot);
-  m.last = step;
-  if (!ordered_ || slot == tail_) return;
+  if (!ordered_) return;  // nothing reads `last`: spare the memory access
+  Meta(slot).last = step;
+  if (slot == tail_) return;
   Unlink(slot);
   Append(slot);
 }

@@ -68,6 +68,7 @@ class RowStore {
   uint32_t& step_count(uint32_t slot) { return Chunk(slot).steps[Offset(slot)]; }
   uint32_t step_count(uint32_t slot) const { return Chunk(slot).steps[Offset(slot)]; }
   uint64_t key(uint32_t slot) const { return Meta(slot).key; }
+  // The step of the last Add or Touch (only Add's in an unordered store).
   uint64_t last_update(uint32_t slot) const { return Meta(slot).last; }
 
   int64_t rows() const { return static_cast<int64_t>(index_.size()); }

@@ -7,18 +7,17 @@
 // copies under the lock, and no allocation except when the arena, the index or the accumulator
 // grows (amortised, never per key).
 //
-// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table (fewer
-// under a byte cap, which they may take a quarter of), so
-// a stream of distinct keys seen once cannot grow memory. When a key that is not in the map must
-// be added to a full map, every pending count is halved and the keys whose count falls to zero
-// are forgotten, repeatedly, until the map is at most half full (each pass at least halves the
-// counts, which stay below admit_after, so at most log2(admit_after) + 1 passes; each purge
-// frees half the map, so its cost is O(1) amortised per lookup). This is TinyLFU's "reset":
-// frequent keys keep half their evidence, keys seen once in the last ~kMaxPendingKeys / 2 new
-// keys are forgotten. A map rather than a count-min sketch, because a sketch that holds no keys
-// overcounts colliding ones under a long stream of distinct keys and would then admit them
-// early; the map never admits a key before its k-th lookup, it may only admit it late. A key
-// whose row was evicted starts counting again.
+// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table
+// (fewer under a byte cap, which they may take a quarter of), so a stream of distinct keys seen
+// once cannot grow memory. When a key that is not in the map must be added to a full map, every
+// pending count is halved and the keys whose count falls to zero are forgotten, repeatedly, until
+// the map is at most half full (each pass at least halves the counts, which stay below admit_after,
+// so at most log2(admit_after) + 1 passes; each purge frees half the map, so its cost is O(1)
+// amortised per lookup). This is TinyLFU's "reset": frequent keys keep half their evidence, keys
+// seen once in the last ~kMaxPendingKeys / 2 new keys are forgotten. A map rather than a count-min
+// sketch, because a sketch that holds no keys overcounts colliding ones under a long stream of
+// distinct keys and would then admit them early; the map never admits a key before its k-th lookup,
+// it may only admit it late. A key whose row was evicted starts counting again.
 //
 // Caps: max_rows bounds the rows directly; max_bytes bounds them through RowStore::BytesBound,
 // the most memory the rows, their index, the chunk list and the admission map can take for a
@@ -85,9 +84,9 @@ class Table final : public EmbeddingTable {
         evict_after_(static_cast<uint64_t>(def.evict_after_steps())),
         max_rows_(layout.max_rows),
         max_pending_(layout.max_pending),
-        may_miss_(def.admit_after() > 1 || def.evict_after_steps() > 0 || def.max_rows() > 0 ||
-                  def.max_bytes() > 0),
-        rows_(fpr_, layout.rule == Rule::kAdam, may_miss_, layout.chunk_slots) {
+        evicts_(def.evict_after_steps() > 0 || def.max_rows() > 0 || def.max_bytes() > 0),
+        may_miss_(evicts_ || def.admit_after() > 1),
+        rows_(fpr_, layout.rule == Rule::kAdam, evicts_, layout.chunk_slots) {
     const OptimizerConfig& o = def.optimizer();
     const bool adagrad = rule_ == Rule::kAdagrad;
     eps_ = Or(o.has_epsilon(), o.epsilon(), adagrad ? kDefaultAdagradEpsilon : kDefaultAdamEpsilon);
@@ -100,8 +99,10 @@ class Table final : public EmbeddingTable {
       bias_.resize(kAdamCachedSteps);
       for (uint32_t t = 1; t < kAdamCachedSteps; ++t) bias_[t] = Bias(t);
     }
-    first_slot_value_ = static_cast<float>(
-        rule_ == Rule::kFtrl && acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
+    if (rule_ == Rule::kAdagrad) first_slot_value_ = static_cast<float>(acc);
+    if (rule_ == Rule::kFtrl) {
+      first_slot_value_ = static_cast<float>(acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
+    }
   }
 
   const TableDef& def() const override { return def_; }
@@ -332,7 +333,7 @@ class Table final : public EmbeddingTable {
     }
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
-    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, may_miss_,
+    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, evicts_,
                [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                  if (slot == RowStore::kNil) return;
                  UpdateRow(slot, grads + i * dim_, gs, lr);
@@ -399,6 +400,7 @@ class Table final : public EmbeddingTable {
   const uint64_t evict_after_;  // 0: never
   const int64_t max_rows_;
   const int64_t max_pending_;
+  const bool evicts_;    // by age or cap: the store keeps the eviction order
   const bool may_miss_;  // admission or eviction: a pushed key may rightly have no row
   double eps_, beta1_, beta2_, power_;
   // Adam's bias corrections for step counts below kAdamCachedSteps (two pow calls per row
@@ -408,7 +410,7 @@ class Table final : public EmbeddingTable {
     return {1.0 - std::pow(beta1_, td), static_cast<float>(std::sqrt(1.0 - std::pow(beta2_, td)))};
   }
   std::vector<BiasCorrection> bias_;  // indexed by t; empty unless adam
-  float first_slot_value_;            // adagrad's sum and ftrl's accumulator start here
+  float first_slot_value_ = 0.0f;     // adagrad's sum and ftrl's accumulator start here
 
   mutable absl::Mutex mu_;
   RowStore rows_ ABSL_GUARDED_BY(mu_);
