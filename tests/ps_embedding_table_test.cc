@@ -424,6 +424,30 @@ TEST(EmbeddingTableAdmission, ZeroAndOneAdmitAtOnce) {
   }
 }
 
+// The admission counts are bounded: when 2^17 keys are pending, every count halves and the
+// keys at zero are forgotten. A key seen once is forgotten; a key seen 3 times keeps 1.
+TEST(EmbeddingTableAdmission, AFullPendingMapHalvesTheCountsAndForgetsKeysSeenOnce) {
+  TableDef def = Def("emb", 1);
+  def.set_admit_after(4);
+  auto t = Make(def);
+  const uint64_t once = 1, thrice = 2;
+  for (int i = 0; i < 3; ++i) Lookup(*t, {thrice});
+  Lookup(*t, {once});
+  std::vector<uint64_t> flood(int64_t{1} << 17);
+  for (size_t i = 0; i < flood.size(); ++i) flood[i] = 1000 + i;  // 2 + 2^17 keys pending
+  Lookup(*t, flood);
+  EXPECT_LT(t->Stats().bytes(), 8 << 20);
+  for (int i = 0; i < 2; ++i) Lookup(*t, {thrice});  // count 1 + 2
+  EXPECT_FALSE(t->Row(thrice).has_value());
+  Lookup(*t, {thrice});  // the 4th since the halving
+  EXPECT_TRUE(t->Row(thrice).has_value());
+  for (int i = 0; i < 3; ++i) Lookup(*t, {once});  // counts from zero again: 3 of 4
+  EXPECT_FALSE(t->Row(once).has_value());
+  Lookup(*t, {once});
+  EXPECT_TRUE(t->Row(once).has_value());
+  EXPECT_EQ(t->Stats().admitted(), 2);
+}
+
 // ---- Eviction -------------------------------------------------------------------------------
 
 TEST(EmbeddingTableEviction, RowsNotUpdatedForTStepsAreEvicted) {
@@ -602,6 +626,25 @@ TEST(EmbeddingTableConcurrency, ConcurrentLookupsAndUpdatesLoseNothing) {
   EXPECT_EQ(total, kThreads * kRounds * 8.0f);
   EXPECT_EQ(t->version(), uint64_t{kThreads * kRounds});
   EXPECT_EQ(t->Stats().gradient_rows_applied(), kThreads * kRounds * 8);
+}
+
+TEST(EmbeddingTableConcurrency, ConcurrentAccumulatesSumEveryGradient) {
+  TableDef def = Def("emb", 2, "sgd", 1.0);
+  def.mutable_initializer()->set_kind("zeros");
+  auto t = Make(def);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  Lookup(*t, keys);
+  constexpr int kThreads = 4, kRounds = 500;
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&t, &keys] {
+      const std::vector<float> grads(6, 1.0f);
+      for (int r = 0; r < kRounds; ++r) t->Accumulate(keys.data(), 3, grads.data());
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  t->ApplyAccumulated(kThreads);  // the mean: kRounds per element
+  for (uint64_t k : keys) EXPECT_EQ(t->Row(k)->row, std::vector<float>(2, -kRounds)) << k;
 }
 
 }  // namespace
