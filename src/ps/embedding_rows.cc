@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cassert>
+#include <new>
 
 namespace pstrain {
 
@@ -28,7 +29,9 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
       ChunkData chunk;
       chunk.meta.reset(new SlotMeta[n]);
       if (step_counts_) chunk.steps.reset(new uint32_t[n]);
-      chunk.floats.reset(new float[n * fpr_]);
+      const size_t bytes = (n * fpr_ * sizeof(float) + 63) / 64 * 64;
+      chunk.floats.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (chunk.floats == nullptr) throw std::bad_alloc();
       chunks_.push_back(std::move(chunk));
     }
   }
@@ -105,7 +108,8 @@ size_t RowStore::IndexCapacityBound(int64_t size) {
 }
 
 int64_t RowStore::bytes() const {
-  const int64_t chunk = (int64_t{chunk_mask_} + 1) * SlotBytes(fpr_, step_counts_);
+  // A chunk's floats are rounded up to whole cache lines.
+  const int64_t chunk = (int64_t{chunk_mask_} + 1) * SlotBytes(fpr_, step_counts_) + 64;
   return static_cast<int64_t>(chunks_.size()) * chunk + IndexBytes(index_.capacity()) +
          static_cast<int64_t>(chunks_.capacity() * sizeof(ChunkData)) +
          static_cast<int64_t>(sizeof(*this));
@@ -116,7 +120,7 @@ int64_t RowStore::BytesBound(int64_t rows, int floats_per_row, bool step_counts,
   if (rows <= 0) return static_cast<int64_t>(sizeof(RowStore));
   const int64_t chunks = (rows + slots_per_chunk - 1) / slots_per_chunk;
   // The chunk list grows by doubling: at most twice the chunks it holds.
-  return chunks * slots_per_chunk * SlotBytes(floats_per_row, step_counts) +
+  return chunks * (slots_per_chunk * SlotBytes(floats_per_row, step_counts) + 64) +
          IndexBytes(IndexCapacityBound(rows)) +
          2 * chunks * static_cast<int64_t>(sizeof(ChunkData)) +
          static_cast<int64_t>(sizeof(RowStore));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -95,10 +96,13 @@ class RowStore {
     uint64_t last;        // step of the last update (creation counts)
     uint32_t prev, next;  // eviction list; `next` also links the free list
   };
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
   struct ChunkData {
     std::unique_ptr<SlotMeta[]> meta;
-    std::unique_ptr<uint32_t[]> steps;  // null unless step_counts
-    std::unique_ptr<float[]> floats;
+    std::unique_ptr<uint32_t[]> steps;      // null unless step_counts
+    std::unique_ptr<float[], Free> floats;  // 64-byte aligned: a row of 16 floats is one line
   };
 
   ChunkData& Chunk(uint32_t slot) { return chunks_[slot >> chunk_shift_]; }
