@@ -27,6 +27,7 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
     if ((slot >> chunk_shift_) >= chunks_.size()) {
       const size_t n = size_t{chunk_mask_} + 1;
       ChunkData chunk;
+      chunk.keys.reset(new uint64_t[n]);
       chunk.meta.reset(new SlotMeta[n]);
       if (step_counts_) chunk.steps.reset(new uint32_t[n]);
       const size_t bytes = (n * fpr_ * sizeof(float) + 63) / 64 * 64;
@@ -35,9 +36,8 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
       chunks_.push_back(std::move(chunk));
     }
   }
-  SlotMeta& m = Meta(slot);
-  m.key = key;
-  m.last = step;
+  Chunk(slot).keys[Offset(slot)] = key;
+  Meta(slot).last = static_cast<uint32_t>(step);
   Append(slot);
   index_.emplace(key, slot);
   return slot;
@@ -46,7 +46,7 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
 void RowStore::Remove(uint32_t slot) {
   SlotMeta& m = Meta(slot);
   ++removals_;
-  index_.erase(m.key);
+  index_.erase(key(slot));
   Unlink(slot);
   m.next = free_head_;
   free_head_ = slot;
@@ -54,7 +54,7 @@ void RowStore::Remove(uint32_t slot) {
 
 void RowStore::Touch(uint32_t slot, uint64_t step) {
   if (!ordered_) return;  // nothing reads `last`: spare the memory access
-  Meta(slot).last = step;
+  Meta(slot).last = static_cast<uint32_t>(step);
   if (slot == tail_) return;
   Unlink(slot);
   Append(slot);
@@ -89,7 +89,8 @@ void RowStore::Append(uint32_t slot) {
 }
 
 int64_t RowStore::SlotBytes(int floats_per_row, bool step_counts) {
-  return int64_t{floats_per_row} * int64_t{sizeof(float)} + int64_t{sizeof(SlotMeta)} +
+  return int64_t{floats_per_row} * int64_t{sizeof(float)} +
+         int64_t{sizeof(uint64_t) + sizeof(SlotMeta)} +
          (step_counts ? int64_t{sizeof(uint32_t)} : 0);
 }
 

@@ -2,11 +2,11 @@
 // its only user, and holds the lock around every call).
 //
 // A row lives in a slot: `floats_per_row` floats in an arena (the row, then its optimizer
-// slots), plus 24 bytes of bookkeeping (key, step of the last update, links of the eviction
-// list) and, for Adam, a uint32 step count. The arena is a list of chunks of a fixed number of
-// slots, so it grows without moving rows or copying the arena, and wastes at most one chunk.
-// Freed slots go to a free list and are reused before the arena grows; nothing shrinks.
-// The index is absl::flat_hash_map<uint64_t, uint32_t> from key to slot.
+// slots), plus 20 bytes of bookkeeping (the key, the low 32 bits of the step of its last update,
+// the links of the eviction list) and, for Adam, a uint32 step count. The arena is a list of chunks
+// of a fixed number of slots, so it grows without moving rows or copying the arena, and wastes at
+// most one chunk. Freed slots go to a free list and are reused before the arena grows; nothing
+// shrinks. The index is absl::flat_hash_map<uint64_t, uint32_t> from key to slot.
 //
 // The eviction list holds every row in the order of its last update (oldest first), when the
 // store is `ordered`; an unordered store (a table that never evicts) skips the list updates,
@@ -68,9 +68,12 @@ class RowStore {
   }
   uint32_t& step_count(uint32_t slot) { return Chunk(slot).steps[Offset(slot)]; }
   uint32_t step_count(uint32_t slot) const { return Chunk(slot).steps[Offset(slot)]; }
-  uint64_t key(uint32_t slot) const { return Meta(slot).key; }
-  // The step of the last Add or Touch (only Add's in an unordered store).
-  uint64_t last_update(uint32_t slot) const { return Meta(slot).last; }
+  uint64_t key(uint32_t slot) const { return Chunk(slot).keys[Offset(slot)]; }
+  // Steps from the last Add or Touch of `slot` (only Add in an unordered store) to `now`,
+  // modulo 2^32: exact while the row is younger than 2^32 steps.
+  uint32_t age(uint32_t slot, uint64_t now) const {
+    return static_cast<uint32_t>(now) - Meta(slot).last;
+  }
 
   int64_t rows() const { return static_cast<int64_t>(index_.size()); }
   // Memory held: the chunks allocated, the index's capacity (a slot and a control byte per
@@ -92,14 +95,14 @@ class RowStore {
 
  private:
   struct SlotMeta {
-    uint64_t key;
-    uint64_t last;        // step of the last update (creation counts)
+    uint32_t last;        // low 32 bits of the step of the last update (creation counts)
     uint32_t prev, next;  // eviction list; `next` also links the free list
   };
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
   struct ChunkData {
+    std::unique_ptr<uint64_t[]> keys;
     std::unique_ptr<SlotMeta[]> meta;
     std::unique_ptr<uint32_t[]> steps;      // null unless step_counts
     std::unique_ptr<float[], Free> floats;  // 64-byte aligned: a row of 16 floats is one line

@@ -30,6 +30,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -81,7 +82,8 @@ class Table final : public EmbeddingTable {
         dim_(def.dim()),
         fpr_((1 + layout.slots) * def.dim()),
         admit_after_(def.admit_after()),
-        evict_after_(static_cast<uint64_t>(def.evict_after_steps())),
+        evict_after_(static_cast<uint32_t>(
+            std::min<int64_t>(def.evict_after_steps(), std::numeric_limits<uint32_t>::max()))),
         max_rows_(layout.max_rows),
         max_pending_(layout.max_pending),
         evicts_(def.evict_after_steps() > 0 || def.max_rows() > 0 || def.max_bytes() > 0),
@@ -345,8 +347,7 @@ class Table final : public EmbeddingTable {
     version_ = step;
     if (evict_after_ > 0) {
       for (uint32_t s = rows_.oldest();
-           s != RowStore::kNil && version_ - rows_.last_update(s) >= evict_after_;
-           s = rows_.oldest()) {
+           s != RowStore::kNil && rows_.age(s, version_) >= evict_after_; s = rows_.oldest()) {
         rows_.Remove(s);
         counters_.evicted_by_age += 1;
       }
@@ -397,7 +398,9 @@ class Table final : public EmbeddingTable {
   const int dim_;
   const int fpr_;
   const int32_t admit_after_;
-  const uint64_t evict_after_;  // 0: never
+  // 0: never. Rows reach at most this age (the update that makes a row this old evicts it), so
+  // RowStore's 32-bit ages are exact; a longer time is taken as 2^32 - 1 steps.
+  const uint32_t evict_after_;
   const int64_t max_rows_;
   const int64_t max_pending_;
   const bool evicts_;    // by age or cap: the store keeps the eviction order
