@@ -243,6 +243,17 @@ TEST(EmbeddingTable, LookupCreatesRowsAndSgdUpdatesThem) {
   EXPECT_EQ(s.payload_bytes_per_row(), 16);
   EXPECT_GT(s.bytes(), 2 * 16);
   EXPECT_EQ(t->version(), 1u);
+
+  // A batch of held and new keys (served again from the start once a new key shows up).
+  const std::vector<float> mixed = Lookup(*t, {20, 10, 30, 40});
+  EXPECT_EQ(Slice(mixed, 0, 4), want);
+  EXPECT_EQ(Slice(mixed, 1, 4), Initial(def, 10));
+  EXPECT_EQ(Slice(mixed, 2, 4), Initial(def, 30));
+  EXPECT_EQ(Slice(mixed, 3, 4), Initial(def, 40));
+  s = t->Stats();
+  EXPECT_EQ(s.keys_looked_up(), 7);
+  EXPECT_EQ(s.admitted(), 4);
+  EXPECT_EQ(s.rows(), 4);
 }
 
 TEST(EmbeddingTable, AdagradFollowsTorchsRuleWithInitialAccumulator) {

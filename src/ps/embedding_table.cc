@@ -1,10 +1,13 @@
 // EmbeddingTable: validation, lookups with admission, updates with the row optimizers, eviction,
 // the sync accumulator and the counters. Rows are stored by RowStore (embedding_rows.h).
 //
-// Locking: one absl::Mutex per table. Lookup, Apply, Accumulate and ApplyAccumulated hold it
-// exclusively for the whole batch (a lookup creates rows and counts admissions, so it writes);
-// CheckPush, Stats, Row and version hold it shared. A batch costs O(n) hash probes and row
-// copies under the lock, and no allocation except when the arena, the index or the accumulator
+// Locking: one absl::Mutex per table. Apply, Accumulate and ApplyAccumulated hold it exclusively
+// for the whole batch. Lookup first holds it shared, which serves a batch whose keys all have
+// rows (lookups then run concurrently); at the first key without a row it starts again holding
+// it exclusively (such a key may get a row, evict others, or count towards admission), so a
+// lookup costs up to that key's position twice. CheckPush, Stats, Row and version hold it
+// shared. Either way a batch is atomic with respect to updates. A batch costs O(n) hash probes and
+// row copies under the lock, and no allocation except when the arena, the index or the accumulator
 // grows (amortised, never per key).
 //
 // Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table
@@ -27,6 +30,7 @@
 #include "ps/embedding_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -111,16 +115,28 @@ class Table final : public EmbeddingTable {
   int floats_per_row() const override { return fpr_; }
 
   uint64_t Lookup(const uint64_t* keys, int64_t n, float* out) override {
+    keys_looked_up_.fetch_add(n, std::memory_order_relaxed);
+    const int64_t row_bytes = int64_t{dim_} * int64_t{sizeof(float)};
+    {
+      // Under the shared lock while every key has a row, so lookups run concurrently; the first
+      // key without one sends the whole batch to the exclusive path below.
+      absl::ReaderMutexLock lock(&mu_);
+      const bool complete = ForEachKey(
+          keys, n, row_bytes, false, [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+            if (slot == RowStore::kNil) return false;
+            std::memcpy(out + i * dim_, rows_.floats(slot), row_bytes);
+            return true;
+          });
+      if (complete) return version_;
+    }
     absl::MutexLock lock(&mu_);
-    counters_.keys_looked_up += n;
-    ForEachKey(keys, n, int64_t{dim_} * int64_t{sizeof(float)}, false,
+    ForEachKey(keys, n, row_bytes, false,
                [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                  float* o = out + i * dim_;
                  if (slot == RowStore::kNil) slot = Miss(keys[i], o);
                  // Copied now: a later key of this batch may evict this row to make room.
-                 if (slot != RowStore::kNil) {
-                   std::memcpy(o, rows_.floats(slot), dim_ * sizeof(float));
-                 }
+                 if (slot != RowStore::kNil) std::memcpy(o, rows_.floats(slot), row_bytes);
+                 return true;
                });
     return version_;
   }
@@ -187,7 +203,7 @@ class Table final : public EmbeddingTable {
     s.set_rows(rows_.rows());
     s.set_bytes(BytesLocked());
     s.set_payload_bytes_per_row(int64_t{fpr_} * int64_t{sizeof(float)});
-    s.set_keys_looked_up(counters_.keys_looked_up);
+    s.set_keys_looked_up(keys_looked_up_.load(std::memory_order_relaxed));
     s.set_admitted(counters_.admitted);
     s.set_filtered_lookups(counters_.filtered_lookups);
     s.set_filtered_gradients(counters_.filtered_gradients);
@@ -229,18 +245,19 @@ class Table final : public EmbeddingTable {
   }
 
  private:
-  // Calls visit(i, slot of keys[i] or kNil) for i = 0..n-1 in order, as a software pipeline that
-  // hides memory latency: while key i is visited, the slot of key i + kAhead is looked up and
-  // its first `row_bytes` (and bookkeeping, with `meta`) fetched, and the index buckets of key
-  // i + 2 kAhead. A slot looked up ahead is looked up again if `visit` removed rows meanwhile
-  // (a new row may evict others); keys are distinct, so a key absent ahead is still absent.
+  // Calls visit(i, slot of keys[i] or kNil) for i = 0..n-1 in order until it returns false (and
+  // then returns false), as a software pipeline that hides memory latency: while key i is
+  // visited, the slot of key i + kAhead is looked up and its first `row_bytes` (and bookkeeping,
+  // with `meta`) fetched, and the index buckets of key i + 2 kAhead. A slot looked up ahead is
+  // looked up again if `visit` removed rows meanwhile (a new row may evict others); keys are
+  // distinct, so a key absent ahead is still absent.
   template <typename Visit>
-  void ForEachKey(const uint64_t* keys, int64_t n, int64_t row_bytes, bool meta, Visit visit)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  bool ForEachKey(const uint64_t* keys, int64_t n, int64_t row_bytes, bool meta, Visit visit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     constexpr int64_t kAhead = 8;
     uint32_t ahead[kAhead];
     uint64_t removals[kAhead];  // rows_.removals() when ahead[] was looked up
-    auto find = [&](int64_t j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto find = [&](int64_t j) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       const uint32_t slot = rows_.Find(keys[j]);
       ahead[j % kAhead] = slot;
       removals[j % kAhead] = rows_.removals();
@@ -255,8 +272,9 @@ class Table final : public EmbeddingTable {
       }
       if (i + kAhead < n) find(i + kAhead);
       if (i + 2 * kAhead < n) rows_.Prefetch(keys[i + 2 * kAhead]);
-      visit(i, slot);
+      if (!visit(i, slot)) return false;
     }
+    return true;
   }
 
   // A lookup of `key`, which has no row: counts towards its admission and gives it a row once
@@ -337,10 +355,11 @@ class Table final : public EmbeddingTable {
     int64_t applied = 0;
     ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, evicts_,
                [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                 if (slot == RowStore::kNil) return;
+                 if (slot == RowStore::kNil) return true;
                  UpdateRow(slot, grads + i * dim_, gs, lr);
                  rows_.Touch(slot, step);
                  ++applied;
+                 return true;
                });
     counters_.gradient_rows_applied += applied;
     counters_.filtered_gradients += (n - applied);
@@ -419,10 +438,11 @@ class Table final : public EmbeddingTable {
   RowStore rows_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   struct Counters {
-    int64_t keys_looked_up = 0, admitted = 0, filtered_lookups = 0, filtered_gradients = 0;
+    int64_t admitted = 0, filtered_lookups = 0, filtered_gradients = 0;
     int64_t evicted_by_age = 0, evicted_by_cap = 0, gradient_rows_applied = 0;
   };
   Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> keys_looked_up_{0};  // counted under either lock
   absl::flat_hash_map<uint64_t, uint32_t> pending_ ABSL_GUARDED_BY(mu_);  // admission counts
   // Sync accumulator: key -> index in acc_keys_; acc_grads_ holds dim floats per key.
   absl::flat_hash_map<uint64_t, uint32_t> acc_index_ ABSL_GUARDED_BY(mu_);
