@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -135,6 +136,15 @@ TEST(EmbeddingTableCreate, AcceptsEveryRowInitializerAndOptimizer) {
       EXPECT_TRUE(t.ok()) << opt << " " << kind << ": " << t.status();
     }
   }
+  TableDef huge_caps = Def("t", 4);
+  huge_caps.set_max_rows(std::numeric_limits<int64_t>::max());
+  huge_caps.set_max_bytes(std::numeric_limits<int64_t>::max());
+  huge_caps.set_evict_after_steps(std::numeric_limits<int64_t>::max());
+  auto huge = Make(huge_caps);
+  Lookup(*huge, {1, 2, 3});
+  Apply(*huge, {1, 2, 3}, 1.0f);
+  EXPECT_EQ(huge->Stats().rows(), 3);
+  EXPECT_EQ(huge->Stats().gradient_rows_applied(), 3);
   EXPECT_EQ(Make(Def("t", 16, "sgd"))->floats_per_row(), 16);
   EXPECT_EQ(Make(Def("t", 16, "adagrad"))->floats_per_row(), 32);
   EXPECT_EQ(Make(Def("t", 16, "adam"))->floats_per_row(), 48);

@@ -402,10 +402,8 @@ class Table final : public EmbeddingTable {
   }
 
   int64_t BytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return static_cast<int64_t>(sizeof(*this) - sizeof(RowStore) + def_.SpaceUsedLong() -
-                                sizeof(def_)) +
-           rows_.bytes() + RowStore::IndexBytes(pending_.capacity()) +
-           RowStore::IndexBytes(acc_index_.capacity()) +
+    return static_cast<int64_t>(sizeof(*this) - sizeof(RowStore)) + rows_.bytes() +
+           RowStore::IndexBytes(pending_.capacity()) + RowStore::IndexBytes(acc_index_.capacity()) +
            static_cast<int64_t>(bias_.capacity() * sizeof(BiasCorrection)) +
            static_cast<int64_t>(acc_keys_.capacity() * sizeof(uint64_t) +
                                 acc_grads_.capacity() * sizeof(float));
@@ -474,18 +472,18 @@ absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
   const bool steps = layout.rule == Rule::kAdam;
   const int64_t slot_bytes = RowStore::SlotBytes(fpr, steps);
   int64_t chunk = FloorPow2(kChunkBytes / slot_bytes);
-  if (def.max_rows() > 0) chunk = std::min(chunk, int64_t(std::bit_ceil(uint64_t(def.max_rows()))));
+  layout.max_rows = RowStore::kMaxRows;
+  if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
+  chunk = std::min(chunk, static_cast<int64_t>(std::bit_ceil(uint64_t(layout.max_rows))));
   // Small byte caps get small chunks, so a chunk's unused slots cost at most 1/8 of the cap.
   if (def.max_bytes() > 0) chunk = std::min(chunk, FloorPow2(def.max_bytes() / 8 / slot_bytes));
   layout.chunk_slots = chunk;
-  layout.max_rows = RowStore::kMaxRows;
-  if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
   if (def.max_bytes() > 0) {
     // The admission counts take at most a quarter of the byte cap.
     while (layout.max_pending > 64 && PendingBytesBound(layout.max_pending) > def.max_bytes() / 4) {
       layout.max_pending /= 2;
     }
-    const int64_t fixed = static_cast<int64_t>(sizeof(Table)) + def.ByteSizeLong() +
+    const int64_t fixed = static_cast<int64_t>(sizeof(Table)) +
                           (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0) +
                           (steps ? int64_t{kAdamCachedSteps} * int64_t{sizeof(BiasCorrection)} : 0);
     auto fits = [&](int64_t rows) {
