@@ -1,5 +1,6 @@
 #include "cli/training_flags.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,11 @@
 
 namespace pstrain {
 namespace {
+
+// Defaults of --model linear and wide_deep (see ToConfig).
+constexpr int kCtrBatch = 256;
+constexpr int kCtrEpochs = 1;
+constexpr double kCtrLearningRate = 0.003;
 
 // A flag that takes effect only when another flag has one of some values.
 struct AppliesWhen {
@@ -134,8 +140,13 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--table_max_bytes", c.table_max_bytes,
                   "bytes per table over all PS, slots and index included (0: no cap)")
       ->capture_default_str();
-  app->add_option("--batch", c.batch_size, "examples per step and worker")->capture_default_str();
-  app->add_option("--epochs", c.epochs, "passes over the training data")->capture_default_str();
+  app->add_option("--batch", c.batch_size,
+                  absl::StrCat("examples per step and worker (linear, wide_deep: ", kCtrBatch, ")"))
+      ->capture_default_str();
+  app->add_option(
+         "--epochs", c.epochs,
+         absl::StrCat("passes over the training data (linear, wide_deep: ", kCtrEpochs, ")"))
+      ->capture_default_str();
   app->add_option("--seed", c.seed, "seed for initialisation and shuffling")->capture_default_str();
   // Consistency.
   app->add_option("--mode", c.mode, "async, sync or ssp")->capture_default_str();
@@ -152,7 +163,9 @@ void TrainingFlags::AddTo(CLI::App* app) {
   // Optimizer.
   app->add_option("--optimizer", optimizer_, "sgd, momentum, adagrad, adam, rmsprop or ftrl")
       ->capture_default_str();
-  app->add_option("--lr", lr_, "learning rate")->capture_default_str();
+  app->add_option("--lr", lr_,
+                  absl::StrCat("learning rate (linear, wide_deep: ", kCtrLearningRate, ")"))
+      ->capture_default_str();
   app->add_option("--beta1", beta1_, "adam (default 0.9)");
   app->add_option("--beta2", beta2_, "adam (default 0.999)");
   app->add_option("--epsilon", epsilon_, "adam, rmsprop, adagrad");
@@ -187,9 +200,22 @@ void TrainingFlags::AddTo(CLI::App* app) {
 
 absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
   JobConfig c = config_;
+  const std::vector<std::string> given = Given();
+  auto unset = [&](const char* flag) {
+    return std::find(given.begin(), given.end(), flag) == given.end();
+  };
+  double lr = lr_;
+  // The CTR models' own defaults where the MNIST job's do not suit them: larger batches (many
+  // small sparse updates per example) and a faster dense learning rate, measured on
+  // `pstrain gen-criteo` data.
+  if (c.model == "linear" || c.model == "wide_deep") {
+    if (unset("--batch")) c.batch_size = kCtrBatch;
+    if (unset("--epochs")) c.epochs = kCtrEpochs;
+    if (unset("--lr")) lr = kCtrLearningRate;
+  }
   OptimizerConfig& o = c.optimizer;
   o.set_name(optimizer_);
-  o.set_learning_rate(lr_);
+  o.set_learning_rate(lr);
   if (beta1_) o.set_beta1(*beta1_);
   if (beta2_) o.set_beta2(*beta2_);
   if (epsilon_) o.set_epsilon(*epsilon_);

@@ -41,7 +41,7 @@ class TrainingFlags {
   std::string nonfinite_ = "skip";
   std::string bad_lines_ = "stop";
   std::string table_optimizer_ = "adagrad";
-  double table_lr_ = 0.05;
+  double table_lr_ = 0.1;
   double task_timeout_s_ = 120;
 };
 

@@ -93,9 +93,12 @@ class Job {
     result.num_workers = static_cast<int>(workers_.size());
     if (absl::Status s = CollectStats(&result); !s.ok()) return s;
     if (model_job_ != nullptr) {
-      // Every update touches every shard once: updates per shard are the global steps.
+      // Every update touches every shard once: updates per shard are the global steps (the
+      // PS count a table's updates too: then the workers' count stands).
       const int64_t shards = placer_->NumShards();
-      if (shards > 0) result.global_step = result.ps_stats.updates_applied() / shards;
+      if (shards > 0 && result.tables.empty()) {
+        result.global_step = result.ps_stats.updates_applied() / shards;
+      }
       if (absl::Status s = Evaluate(&result); !s.ok()) return s;
     } else {
       WarnIfUnbalanced();

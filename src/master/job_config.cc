@@ -28,7 +28,7 @@ JobConfig::JobConfig() {
   optimizer.set_name("adam");
   optimizer.set_learning_rate(0.001);
   table_optimizer.set_name("adagrad");
-  table_optimizer.set_learning_rate(0.05);
+  table_optimizer.set_learning_rate(0.1);
 }
 
 bool JobConfig::BuiltInModel() const { return model != "external"; }

@@ -29,7 +29,7 @@ struct JobConfig {
   int embedding_dim = 8;                 // wide_deep
   bool shared_embedding = false;         // wide_deep: one table for every categorical field
   // The model's embedding tables (proto TableDef): their optimizer ("adagrad", learning rate
-  // 0.05 unless set), admission and eviction. The caps are for the whole table; each PS task
+  // 0.1 unless set), admission and eviction. The caps are for the whole table; each PS task
   // holds its share (cap / number of PS, rounded up).
   OptimizerConfig table_optimizer;
   int admit_after = 0;

@@ -1,0 +1,30 @@
+// The CTR job's acceptance, a few minutes on two cores (run it alone: ctest -R ctr_slow):
+// `pstrain launch --ps 2 --workers 2 --model wide_deep --data criteo:FILE` on a generated
+// 1,000,000-row file reaches a held-out AUC within 0.01 of the ground truth's, and prints it
+// with the log loss.
+#include "ctr_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pstrain {
+namespace {
+
+using namespace pstrain::testing;
+
+class CtrSlowClusterTest : public ProcessTest {};
+
+TEST_F(CtrSlowClusterTest, WideDeepOnAMillionRowsReachesTheCeiling) {
+  const GeneratedCriteo data = GenerateCriteo(dir_, 1000000);
+  Result r = RunTagged(Launch({"--model", "wide_deep", "--data", "criteo:" + data.path}), {}, 1800);
+  nlohmann::json j = ResultOf(r);
+  ASSERT_TRUE(j.contains("auc")) << j;
+  std::printf("held-out AUC %.4f, log loss %.4f, ground truth AUC %.4f, %.0f s of training\n",
+              j["auc"].get<double>(), j["log_loss"].get<double>(), data.ground_truth_auc,
+              j["seconds"].get<double>());
+  EXPECT_GE(j["auc"].get<double>(), data.ground_truth_auc - 0.01) << j;
+  EXPECT_GT(j["log_loss"].get<double>(), 0) << j;
+  EXPECT_EQ(j["test_examples"], 100000);
+}
+
+}  // namespace
+}  // namespace pstrain
