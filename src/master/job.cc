@@ -68,9 +68,8 @@ class Job {
     if (absl::Status s = ConfigurePs(); !s.ok()) return s;
     if (model_job_ != nullptr) {
       SetScheduleLength();
-      if (absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_);
-          !s.ok())
-        return s;
+      absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_);
+      if (!s.ok()) return s;
       WarnIfUnbalanced();
     } else {
       coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
