@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/rpc.h"
 #include "common/tensor_codec.h"
 

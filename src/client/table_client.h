@@ -54,8 +54,9 @@ class TableClient {
   // keys[t] has its rows summed before sending (the PS refuses duplicates). Each table's part on
   // a PS is tagged with the version the last Lookup read there. With `every_ps` (sync mode)
   // every PS gets a request naming every table, even with no keys, so that every table's step
-  // counts this worker's gradient. *stale_dropped, if given, counts tables the PS dropped as
-  // stale. Never sent twice.
+  // counts this worker's gradient. A table's keys on one PS that need several requests (past
+  // the limits) arrive there as several updates. *stale_dropped, if given, counts tables the PS
+  // dropped as stale. Never sent twice.
   absl::Status Push(const std::vector<std::vector<uint64_t>>& keys,
                     const std::vector<std::vector<float>>& grads, bool every_ps = false,
                     int* stale_dropped = nullptr);
