@@ -36,6 +36,7 @@ test: build
 
 bench: build
 	bash bench/run.sh $(BUILD)/bench/ps_bench
+	bash bench/run.sh $(BUILD)/bench/sparse_bench
 
 install: setup
 	$(call configure,OFF)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs ps_bench (built beforehand, e.g. by `make build`) with 5 repetitions and prints the medians
-# and the ratio of each benchmark to its baseline; the same table goes to bench/results.md.
+# Runs a benchmark binary (ps_bench or sparse_bench, built beforehand, e.g. by `make build`) with
+# 5 repetitions and prints the medians and the ratio of each benchmark to its baseline; the same
+# table replaces that binary's section ("# <binary> results") of bench/results.md.
 #
 #   bash bench/run.sh [path/to/ps_bench]     (default build/bench/ps_bench)
+#   bash bench/run.sh build/bench/sparse_bench
 #
 # Extra arguments after the binary are passed to it (e.g. --benchmark_filter=Optimizer); the
 # table then shows what ran.
@@ -18,7 +20,8 @@ if [[ ! -x $bin ]]; then
   exit 1
 fi
 
-json=$(mktemp "${TMPDIR:-/tmp}/ps_bench.XXXXXX.json")
+name=$(basename "$bin")
+json=$(mktemp "${TMPDIR:-/tmp}/$name.XXXXXX.json")
 trap 'rm -f "$json"' EXIT
 
 echo "running $bin (5 repetitions, about 1-2 minutes)..." >&2
@@ -33,12 +36,13 @@ if [[ -n $(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null) ]
   revision="$revision (with uncommitted changes)"
 fi
 
-/usr/bin/python3 - "$json" "$out" "$revision" <<'PY'
+/usr/bin/python3 - "$json" "$out" "$revision" "$name" <<'PY'
 import json
+import os
 import re
 import sys
 
-json_path, out_path, revision = sys.argv[1:4]
+json_path, out_path, revision, bench_name = sys.argv[1:5]
 with open(json_path) as f:
     report = json.load(f)
 
@@ -99,6 +103,11 @@ def field(name, key):
 
 
 def ratio(a, b):
+    # Sparse runs use several threads: compare their throughput (time per key), not the time
+    # of one thread's iteration. Lower is better either way.
+    if a.startswith("BM_Sparse"):
+        ia, ib = field(a, "items_per_second"), field(b, "items_per_second")
+        return None if not ia or not ib else ib / ia
     ta, tb = median_ns(a), median_ns(b)
     return None if ta is None or tb is None or tb == 0 else ta / tb
 
@@ -115,7 +124,10 @@ COMPUTE = "BM_MlpForwardBackward/64"
 # Display order: each baseline, then what is compared with it (interleaving shuffles the JSON).
 ORDER = [OPT_BASE] + [f"BM_Optimizer/{o}/1048576"
                       for o in ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")] + [
-    RPC_BASE, "BM_RpcStep/unsharded", "BM_RpcStep/kernel0_2shards", COMPUTE]
+    RPC_BASE, "BM_RpcStep/unsharded", "BM_RpcStep/kernel0_2shards", COMPUTE] + [
+    f"{b}/{d}{t}" for d in (8, 16, 64)
+    for b, t in (("BM_SparseMapBaseline", ""), ("BM_SparseLocal", ""),
+                 ("BM_SparseRpc", "/threads:2"))]
 order.sort(key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
 
 
@@ -124,6 +136,8 @@ def baseline_of(name):
         return OPT_BASE
     if name.startswith("BM_RpcStep/"):
         return RPC_BASE
+    if name.startswith(("BM_SparseLocal/", "BM_SparseRpc/")):
+        return "BM_SparseMapBaseline/" + name.split("/")[1]
     return None
 
 
@@ -141,7 +155,7 @@ except OSError:
 caches = ", ".join(
     f"L{c['level']} {c['type'][:1].lower() if c['type'] != 'Unified' else ''}"
     f"{c['size'] // 1024} KiB" for c in ctx.get("caches", []))
-lines.append("# ps_bench results")
+lines.append(f"# {bench_name} results")
 lines.append("")
 lines.append(f"- date: {ctx.get('date', '?')}; revision: {revision}")
 lines.append(f"- machine: {ctx.get('num_cpus', '?')} CPUs ({cpu_model}, "
@@ -168,30 +182,61 @@ for name in order:
         f"{fmt_ratio(ratio(name, base)) if base else '-'} |")
 
 lines.append("")
-lines.append("Items: floats updated (optimizer, stream), steps (RPC, serialize, MLP). Bytes: the "
-             "least memory traffic of the update (optimizer, stream), or the tensor bytes pulled "
-             "plus pushed in one step (RPC, serialize).")
-lines.append("")
-lines.append("## One step: communication vs compute")
-lines.append("")
-lines.append("| communication | comm time | compute (fwd+bwd, batch 64) | comm / compute | "
-             "comm share of step |")
-lines.append("|---|---:|---:|---:|---:|")
-for name in order:
-    if not name.startswith("BM_RpcStep/") and name != RPC_BASE:
-        continue
-    r = ratio(name, COMPUTE)
-    share = None if r is None else r / (1 + r)
-    lines.append(f"| {name} | {fmt_time(median_ns(name))} | {fmt_time(median_ns(COMPUTE))} | "
-                 f"{fmt_ratio(r)} | {'-' if share is None else f'{100 * share:.0f}%'} |")
-lines.append("")
-lines.append("Comm share = comm / (comm + compute): the fraction of a sequential pull, compute, "
-             "push step spent communicating. The serialize baseline row is the share if the "
-             "network cost nothing beyond the proto copies.")
+if bench_name == "sparse_bench":
+    lines.append("Items: keys looked up and pushed (one lookup and one Adagrad update of a row "
+                 "each). Ratio: baseline keys/s / keys/s, i.e. time per key against the bare map "
+                 "(the RPC runs use 2 worker threads, so their ratio is of throughputs).")
+    lines.append("")
+    lines.append("## Memory per row (Adagrad: payload = row + one slot)")
+    lines.append("")
+    lines.append("| benchmark | rows | bytes/row | payload bytes/row | bytes / payload |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for name in order:
+        b, p = field(name, "bytes_per_row"), field(name, "payload_bytes_per_row")
+        if b is None or not p:
+            continue
+        rows = field(name, "rows")
+        lines.append(f"| {name} | {'-' if rows is None else f'{rows:.0f}'} | {b:.1f} | {p:.0f} | "
+                     f"{b / p:.2f}x |")
+else:
+    lines.append("Items: floats updated (optimizer, stream), steps (RPC, serialize, MLP). Bytes: "
+                 "the least memory traffic of the update (optimizer, stream), or the tensor "
+                 "bytes pulled plus pushed in one step (RPC, serialize).")
+if COMPUTE in runs:
+    lines.append("")
+    lines.append("## One step: communication vs compute")
+    lines.append("")
+    lines.append("| communication | comm time | compute (fwd+bwd, batch 64) | comm / compute | "
+                 "comm share of step |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for name in order:
+        if not name.startswith("BM_RpcStep/") and name != RPC_BASE:
+            continue
+        r = ratio(name, COMPUTE)
+        share = None if r is None else r / (1 + r)
+        lines.append(f"| {name} | {fmt_time(median_ns(name))} | {fmt_time(median_ns(COMPUTE))} | "
+                     f"{fmt_ratio(r)} | {'-' if share is None else f'{100 * share:.0f}%'} |")
+    lines.append("")
+    lines.append("Comm share = comm / (comm + compute): the fraction of a sequential pull, "
+                 "compute, push step spent communicating. The serialize baseline row is the share "
+                 "if the network cost nothing beyond the proto copies.")
 
 text = "\n".join(lines) + "\n"
 print(text, end="")
+# results.md holds one section per binary, each starting "# <binary> results": replace this
+# binary's, keep the others.
+sections, current = {}, None
+if os.path.exists(out_path):
+    with open(out_path) as f:
+        for line in f:
+            m = re.match(r"# (\S+) results$", line.rstrip("\n"))
+            if m:
+                current = m.group(1)
+                sections[current] = ""
+            if current is not None:
+                sections[current] += line
+sections[bench_name] = text
 with open(out_path, "w") as f:
-    f.write(text)
+    f.write("\n".join(s.rstrip("\n") + "\n" for s in sections.values()))
 print(f"(written to {out_path})", file=sys.stderr)
 PY

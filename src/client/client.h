@@ -225,8 +225,10 @@ class Client {
   // and then drop its gradient. Sync mode: every worker calls it every step, with no keys if it
   // touched none, since a step is applied once every worker's gradient arrived. InvalidArgument
   // for a wrong number of tables or of floats (nothing is sent); FailedPrecondition without a
-  // Lookup since the last CreateTable; otherwise as Push, which it also matches in counting the
-  // step and reporting progress (`examples`, `loss`: give them in one of the two calls).
+  // Lookup since the last CreateTable; otherwise as Push (each PS applies its part of the push
+  // whole or not at all, so after an error some PS may hold theirs), which it also matches in
+  // counting the step and reporting progress (`examples`, `loss`: give them in one of the two
+  // calls).
   absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
                           const std::vector<std::vector<float>>& grads, int64_t examples = 0,
                           std::optional<double> loss = std::nullopt);

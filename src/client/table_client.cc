@@ -58,6 +58,19 @@ class KeyIndex {
   uint32_t epoch_ = 0;
 };
 
+// Splits order[begin, end) into runs of consecutive positions and calls copy(offset, first,
+// count) for each: order[begin + offset + i] == first + i for i < count. Keys already grouped
+// by PS (one PS, or sorted input) are then copied in one piece rather than row by row.
+template <typename Copy>
+void ForEachRun(const std::vector<uint32_t>& order, int64_t begin, int64_t end, Copy copy) {
+  for (int64_t j = begin; j < end;) {
+    int64_t k = j + 1;
+    while (k < end && order[k] == order[k - 1] + 1) ++k;
+    copy(j - begin, static_cast<size_t>(order[j]), static_cast<size_t>(k - j));
+    j = k;
+  }
+}
+
 // A table's keys on one PS go into requests in slices of at most this many keys.
 int64_t KeysPerSlice(const TableRequestLimits& limits, int64_t bytes_per_key) {
   return std::max<int64_t>(1, std::min(limits.max_keys, limits.max_payload_bytes / bytes_per_key));
@@ -78,7 +91,9 @@ class TableClient::Impl {
         read_(versions_.size(), 0),
         groups_(tables_.size()),
         unique_keys_(tables_.size()),
-        unique_grads_(tables_.size()) {}
+        unique_grads_(tables_.size()),
+        push_keys_(tables_.size()),
+        push_grads_(tables_.size()) {}
 
   absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
                       std::vector<std::vector<float>>* rows, uint64_t min_version, int64_t clock);
@@ -104,7 +119,12 @@ class TableClient::Impl {
   };
 
   absl::Status CheckTableCount(const char* what, size_t n) const;
+  // OK if `resp` holds the rows of part `p`: one row of the table's dim per key.
+  absl::Status CheckRows(const Part& p, const LookupResponse& resp) const;
   void GroupByPs(size_t t, const uint64_t* keys, size_t n);
+  // Push: sums the rows of repeated keys of table t into unique_keys_[t] / unique_grads_[t]
+  // and points push_keys_[t] / push_grads_[t] at them. Returns the number of distinct keys.
+  size_t SumRepeats(size_t t, const std::vector<uint64_t>& keys, const std::vector<float>& grads);
   // Plans requests over the current groups: a table's keys on a PS travel in as few requests
   // as the limits allow. With `every_table`, every PS gets a request naming every table.
   void Plan(bool every_table);
@@ -126,6 +146,8 @@ class TableClient::Impl {
   std::vector<Group> groups_;                       // by table
   std::vector<std::vector<uint64_t>> unique_keys_;  // push: distinct keys, by table
   std::vector<std::vector<float>> unique_grads_;    // push: their summed rows
+  std::vector<const uint64_t*> push_keys_;          // push: the keys sent, by table ...
+  std::vector<const float*> push_grads_;            // ... and their rows
   std::vector<Part> parts_;
   std::vector<int> targets_;  // PS of each request
   std::vector<LookupRequest> lookup_reqs_;
@@ -138,6 +160,24 @@ absl::Status TableClient::Impl::CheckTableCount(const char* what, size_t n) cons
   if (n == tables_.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(what, " of keys for ", n, " tables, but the client has ", tables_.size()));
+}
+
+absl::Status TableClient::Impl::CheckRows(const Part& p, const LookupResponse& resp) const {
+  const TableRef& table = tables_[p.table];
+  const size_t keys = p.end - p.begin;
+  const size_t bytes = p.entry < resp.tables_size() ? resp.tables(p.entry).rows().size() : 0;
+  if (p.entry < resp.tables_size() && bytes == keys * table.dim * sizeof(float)) {
+    return absl::OkStatus();
+  }
+  const std::string where =
+      absl::StrCat("Lookup at ", TaskName("ps", p.ps), ": table \"", table.name, "\"");
+  if (keys > 0 && bytes % (keys * sizeof(float)) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " has rows of ", bytes / (keys * sizeof(float)),
+                     " floats, but this client was made for dim ", table.dim));
+  }
+  return absl::InternalError(absl::StrCat(where, ": the answer has ", bytes, " bytes of rows for ",
+                                          keys, " keys of dim ", table.dim));
 }
 
 void TableClient::Impl::GroupByPs(size_t t, const uint64_t* keys, size_t n) {
@@ -195,9 +235,9 @@ void TableClient::Impl::CopyKeys(const Part& p, const uint64_t* keys, std::strin
   const std::vector<uint32_t>& order = groups_[p.table].order;
   out->resize((p.end - p.begin) * sizeof(uint64_t));
   char* dst = out->data();
-  for (int64_t j = p.begin; j < p.end; ++j, dst += sizeof(uint64_t)) {
-    std::memcpy(dst, &keys[order[j]], sizeof(uint64_t));
-  }
+  ForEachRun(order, p.begin, p.end, [&](int64_t at, size_t first, size_t count) {
+    std::memcpy(dst + at * sizeof(uint64_t), keys + first, count * sizeof(uint64_t));
+  });
 }
 
 absl::Status TableClient::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys,
@@ -255,20 +295,13 @@ absl::Status TableClient::Impl::Lookup(const std::vector<std::vector<uint64_t>>&
     const LookupResponse& resp = lookup_resps_[p.request];
     const TableRef& table = tables_[p.table];
     const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
-    if (p.entry >= resp.tables_size() ||
-        resp.tables(p.entry).rows().size() != (p.end - p.begin) * row_bytes) {
-      return absl::InternalError(absl::StrCat(
-          "Lookup at ", TaskName("ps", p.ps), ": the answer for table \"", table.name, "\" has ",
-          p.entry < resp.tables_size() ? resp.tables(p.entry).rows().size() : 0, " bytes of rows, ",
-          "expected ", (p.end - p.begin) * row_bytes, " (", p.end - p.begin, " keys of dim ",
-          table.dim, ")"));
-    }
+    if (absl::Status st = CheckRows(p, resp); !st.ok()) return st;
     const char* src = resp.tables(p.entry).rows().data();
     float* out = (*rows)[p.table].data();
     const std::vector<uint32_t>& order = groups_[p.table].order;
-    for (int64_t j = p.begin; j < p.end; ++j, src += row_bytes) {
-      std::memcpy(out + static_cast<size_t>(order[j]) * table.dim, src, row_bytes);
-    }
+    ForEachRun(order, p.begin, p.end, [&](int64_t at, size_t first, size_t count) {
+      std::memcpy(out + first * table.dim, src + at * row_bytes, count * row_bytes);
+    });
     uint64_t& v = read_[Slot(p.ps, p.table)];
     v = std::min(v, resp.tables(p.entry).version());
   }
@@ -278,6 +311,31 @@ absl::Status TableClient::Impl::Lookup(const std::vector<std::vector<uint64_t>>&
     min_read_ = std::min(min_read_, read_[Slot(p.ps, p.table)]);
   }
   return absl::OkStatus();
+}
+
+size_t TableClient::Impl::SumRepeats(size_t t, const std::vector<uint64_t>& keys,
+                                     const std::vector<float>& grads) {
+  const size_t dim = tables_[t].dim;
+  std::vector<uint64_t>& uk = unique_keys_[t];
+  std::vector<float>& ug = unique_grads_[t];
+  uk.clear();
+  ug.clear();
+  index_.Reset(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    bool inserted = false;
+    const uint32_t u = index_.Insert(keys[i], static_cast<uint32_t>(uk.size()), &inserted);
+    const float* g = grads.data() + i * dim;
+    if (inserted) {
+      uk.push_back(keys[i]);
+      ug.insert(ug.end(), g, g + dim);
+    } else {
+      float* sum = ug.data() + static_cast<size_t>(u) * dim;
+      for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
+    }
+  }
+  push_keys_[t] = uk.data();
+  push_grads_[t] = ug.data();
+  return uk.size();
 }
 
 absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& keys,
@@ -300,25 +358,21 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
       return absl::InvalidArgumentError(
           absl::StrCat("table \"", tables_[t].name, "\": push of ", k.size(), " keys in one call"));
     }
-    // The PS refuses a repeated key: sum the rows of each key into its first occurrence.
-    std::vector<uint64_t>& uk = unique_keys_[t];
-    std::vector<float>& ug = unique_grads_[t];
-    uk.clear();
-    ug.clear();
+    // The PS refuses a repeated key: sum the rows of each key into its first occurrence. Keys
+    // that are distinct already are sent from the caller's arrays.
+    push_keys_[t] = k.data();
+    push_grads_[t] = grads[t].data();
+    size_t distinct = k.size();
     index_.Reset(k.size());
     for (size_t i = 0; i < k.size(); ++i) {
       bool inserted = false;
-      const uint32_t u = index_.Insert(k[i], static_cast<uint32_t>(uk.size()), &inserted);
-      const float* g = grads[t].data() + i * dim;
-      if (inserted) {
-        uk.push_back(k[i]);
-        ug.insert(ug.end(), g, g + dim);
-      } else {
-        float* sum = ug.data() + static_cast<size_t>(u) * dim;
-        for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
+      index_.Insert(k[i], static_cast<uint32_t>(i), &inserted);
+      if (!inserted) {
+        distinct = SumRepeats(t, k, grads[t]);
+        break;
       }
     }
-    GroupByPs(t, uk.data(), uk.size());
+    GroupByPs(t, push_keys_[t], distinct);
   }
   Plan(/*every_table=*/every_ps);
   const size_t n = targets_.size();
@@ -335,16 +389,16 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
     const TableRef& table = tables_[p.table];
     g->set_table(table.name);
     g->set_read_version(versions_[Slot(p.ps, p.table)]);
-    CopyKeys(p, unique_keys_[p.table].data(), g->mutable_keys());
+    CopyKeys(p, push_keys_[p.table], g->mutable_keys());
     const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
     std::string* rows = g->mutable_rows();
     rows->resize((p.end - p.begin) * row_bytes);
     char* dst = rows->data();
-    const float* src = unique_grads_[p.table].data();
+    const float* src = push_grads_[p.table];
     const std::vector<uint32_t>& order = groups_[p.table].order;
-    for (int64_t j = p.begin; j < p.end; ++j, dst += row_bytes) {
-      std::memcpy(dst, src + static_cast<size_t>(order[j]) * table.dim, row_bytes);
-    }
+    ForEachRun(order, p.begin, p.end, [&](int64_t at, size_t first, size_t count) {
+      std::memcpy(dst + at * row_bytes, src + first * table.dim, count * row_bytes);
+    });
   }
   absl::Status s = peers_.FanOut("PushSparse", targets_, push_reqs_, push_resps_, /*retry=*/false,
                                  [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {

@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cassert>
+#include <new>
 
 namespace pstrain {
 
@@ -26,15 +27,17 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
     if ((slot >> chunk_shift_) >= chunks_.size()) {
       const size_t n = size_t{chunk_mask_} + 1;
       ChunkData chunk;
+      chunk.keys.reset(new uint64_t[n]);
       chunk.meta.reset(new SlotMeta[n]);
       if (step_counts_) chunk.steps.reset(new uint32_t[n]);
-      chunk.floats.reset(new float[n * fpr_]);
+      const size_t bytes = (n * fpr_ * sizeof(float) + 63) / 64 * 64;
+      chunk.floats.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+      if (chunk.floats == nullptr) throw std::bad_alloc();
       chunks_.push_back(std::move(chunk));
     }
   }
-  SlotMeta& m = Meta(slot);
-  m.key = key;
-  m.last = step;
+  Chunk(slot).keys[Offset(slot)] = key;
+  Meta(slot).last = static_cast<uint32_t>(step);
   Append(slot);
   index_.emplace(key, slot);
   return slot;
@@ -42,16 +45,17 @@ uint32_t RowStore::Add(uint64_t key, uint64_t step) {
 
 void RowStore::Remove(uint32_t slot) {
   SlotMeta& m = Meta(slot);
-  index_.erase(m.key);
+  ++removals_;
+  index_.erase(key(slot));
   Unlink(slot);
   m.next = free_head_;
   free_head_ = slot;
 }
 
 void RowStore::Touch(uint32_t slot, uint64_t step) {
-  SlotMeta& m = Meta(slot);
-  m.last = step;
-  if (!ordered_ || slot == tail_) return;
+  if (!ordered_) return;  // nothing reads `last`: spare the memory access
+  Meta(slot).last = static_cast<uint32_t>(step);
+  if (slot == tail_) return;
   Unlink(slot);
   Append(slot);
 }
@@ -85,7 +89,8 @@ void RowStore::Append(uint32_t slot) {
 }
 
 int64_t RowStore::SlotBytes(int floats_per_row, bool step_counts) {
-  return int64_t{floats_per_row} * int64_t{sizeof(float)} + int64_t{sizeof(SlotMeta)} +
+  return int64_t{floats_per_row} * int64_t{sizeof(float)} +
+         int64_t{sizeof(uint64_t) + sizeof(SlotMeta)} +
          (step_counts ? int64_t{sizeof(uint32_t)} : 0);
 }
 
@@ -104,7 +109,8 @@ size_t RowStore::IndexCapacityBound(int64_t size) {
 }
 
 int64_t RowStore::bytes() const {
-  const int64_t chunk = (int64_t{chunk_mask_} + 1) * SlotBytes(fpr_, step_counts_);
+  // A chunk's floats are rounded up to whole cache lines.
+  const int64_t chunk = (int64_t{chunk_mask_} + 1) * SlotBytes(fpr_, step_counts_) + 64;
   return static_cast<int64_t>(chunks_.size()) * chunk + IndexBytes(index_.capacity()) +
          static_cast<int64_t>(chunks_.capacity() * sizeof(ChunkData)) +
          static_cast<int64_t>(sizeof(*this));
@@ -115,7 +121,7 @@ int64_t RowStore::BytesBound(int64_t rows, int floats_per_row, bool step_counts,
   if (rows <= 0) return static_cast<int64_t>(sizeof(RowStore));
   const int64_t chunks = (rows + slots_per_chunk - 1) / slots_per_chunk;
   // The chunk list grows by doubling: at most twice the chunks it holds.
-  return chunks * slots_per_chunk * SlotBytes(floats_per_row, step_counts) +
+  return chunks * (slots_per_chunk * SlotBytes(floats_per_row, step_counts) + 64) +
          IndexBytes(IndexCapacityBound(rows)) +
          2 * chunks * static_cast<int64_t>(sizeof(ChunkData)) +
          static_cast<int64_t>(sizeof(RowStore));

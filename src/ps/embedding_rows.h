@@ -1,12 +1,13 @@
 // The storage of one embedding table (internal to src/ps; EmbeddingTable in embedding_table.cc is
-// its only user, and holds the lock around every call).
+// its only user). Not thread-safe: the caller holds its lock, shared for const calls (which may
+// run concurrently) and exclusive for the others.
 //
 // A row lives in a slot: `floats_per_row` floats in an arena (the row, then its optimizer
-// slots), plus 24 bytes of bookkeeping (key, step of the last update, links of the eviction
-// list) and, for Adam, a uint32 step count. The arena is a list of chunks of a fixed number of
-// slots, so it grows without moving rows or copying the arena, and wastes at most one chunk.
-// Freed slots go to a free list and are reused before the arena grows; nothing shrinks.
-// The index is absl::flat_hash_map<uint64_t, uint32_t> from key to slot.
+// slots), plus 20 bytes of bookkeeping (the key, the low 32 bits of the step of its last update,
+// the links of the eviction list) and, for Adam, a uint32 step count. The arena is a list of chunks
+// of a fixed number of slots, so it grows without moving rows or copying the arena, and wastes at
+// most one chunk. Freed slots go to a free list and are reused before the arena grows; nothing
+// shrinks. The index is absl::flat_hash_map<uint64_t, uint32_t> from key to slot.
 //
 // The eviction list holds every row in the order of its last update (oldest first), when the
 // store is `ordered`; an unordered store (a table that never evicts) skips the list updates,
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -38,7 +40,18 @@ class RowStore {
     auto it = index_.find(key);
     return it == index_.end() ? kNil : it->second;
   }
+  // Hints for batches: fetch the index buckets of `key`; fetch the first `float_bytes` of the
+  // floats of `slot` (at most 512 bytes) and, with `meta`, its bookkeeping.
   void Prefetch(uint64_t key) const { index_.prefetch(key); }
+  void PrefetchSlot(uint32_t slot, int64_t float_bytes, bool meta) const {
+    const char* p = reinterpret_cast<const char*>(floats(slot));
+    const int64_t end = float_bytes < 512 ? float_bytes : 512;
+    for (int64_t b = 0; b < end; b += 64) __builtin_prefetch(p + b, 1);
+    __builtin_prefetch(p + end - 1, 1);
+    if (meta) __builtin_prefetch(&Meta(slot), 1);
+  }
+  // Rows removed so far: a slot found before is still the key's while this is unchanged.
+  uint64_t removals() const { return removals_; }
 
   // A new row for `key` (which must have none), last updated at `step`, newest in the eviction
   // order; its floats and step count are left to the caller. kNil if kMaxRows rows exist.
@@ -56,8 +69,12 @@ class RowStore {
   }
   uint32_t& step_count(uint32_t slot) { return Chunk(slot).steps[Offset(slot)]; }
   uint32_t step_count(uint32_t slot) const { return Chunk(slot).steps[Offset(slot)]; }
-  uint64_t key(uint32_t slot) const { return Meta(slot).key; }
-  uint64_t last_update(uint32_t slot) const { return Meta(slot).last; }
+  uint64_t key(uint32_t slot) const { return Chunk(slot).keys[Offset(slot)]; }
+  // Steps from the last Add or Touch of `slot` (only Add in an unordered store) to `now`,
+  // modulo 2^32: exact while the row is younger than 2^32 steps.
+  uint32_t age(uint32_t slot, uint64_t now) const {
+    return static_cast<uint32_t>(now) - Meta(slot).last;
+  }
 
   int64_t rows() const { return static_cast<int64_t>(index_.size()); }
   // Memory held: the chunks allocated, the index's capacity (a slot and a control byte per
@@ -79,14 +96,17 @@ class RowStore {
 
  private:
   struct SlotMeta {
-    uint64_t key;
-    uint64_t last;        // step of the last update (creation counts)
+    uint32_t last;        // low 32 bits of the step of the last update (creation counts)
     uint32_t prev, next;  // eviction list; `next` also links the free list
   };
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
   struct ChunkData {
+    std::unique_ptr<uint64_t[]> keys;
     std::unique_ptr<SlotMeta[]> meta;
-    std::unique_ptr<uint32_t[]> steps;  // null unless step_counts
-    std::unique_ptr<float[]> floats;
+    std::unique_ptr<uint32_t[]> steps;      // null unless step_counts
+    std::unique_ptr<float[], Free> floats;  // 64-byte aligned: a row of 16 floats is one line
   };
 
   ChunkData& Chunk(uint32_t slot) { return chunks_[slot >> chunk_shift_]; }
@@ -108,6 +128,7 @@ class RowStore {
   uint32_t used_slots_ = 0;             // slots ever handed out (the arena's high-water mark)
   uint32_t free_head_ = kNil;           // free list through SlotMeta::next
   uint32_t head_ = kNil, tail_ = kNil;  // eviction list: oldest, newest
+  uint64_t removals_ = 0;
 };
 
 }  // namespace pstrain

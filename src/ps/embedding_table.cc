@@ -1,24 +1,26 @@
 // EmbeddingTable: validation, lookups with admission, updates with the row optimizers, eviction,
 // the sync accumulator and the counters. Rows are stored by RowStore (embedding_rows.h).
 //
-// Locking: one absl::Mutex per table. Lookup, Apply, Accumulate and ApplyAccumulated hold it
-// exclusively for the whole batch (a lookup creates rows and counts admissions, so it writes);
-// CheckPush, Stats, Row and version hold it shared. A batch costs O(n) hash probes and row
-// copies under the lock, and no allocation except when the arena, the index or the accumulator
+// Locking: one absl::Mutex per table. Apply, Accumulate and ApplyAccumulated hold it exclusively
+// for the whole batch. Lookup first holds it shared, which serves a batch whose keys all have
+// rows (lookups then run concurrently); at the first key without a row it starts again holding
+// it exclusively (such a key may get a row, evict others, or count towards admission), so a
+// lookup costs up to that key's position twice. CheckPush, Stats, Row and version hold it
+// shared. Either way a batch is atomic with respect to updates. A batch costs O(n) hash probes and
+// row copies under the lock, and no allocation except when the arena, the index or the accumulator
 // grows (amortised, never per key).
 //
-// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table (fewer
-// under a byte cap, which they may take a quarter of), so
-// a stream of distinct keys seen once cannot grow memory. When a key that is not in the map must
-// be added to a full map, every pending count is halved and the keys whose count falls to zero
-// are forgotten, repeatedly, until the map is at most half full (each pass at least halves the
-// counts, which stay below admit_after, so at most log2(admit_after) + 1 passes; each purge
-// frees half the map, so its cost is O(1) amortised per lookup). This is TinyLFU's "reset":
-// frequent keys keep half their evidence, keys seen once in the last ~kMaxPendingKeys / 2 new
-// keys are forgotten. A map rather than a count-min sketch, because a sketch that holds no keys
-// overcounts colliding ones under a long stream of distinct keys and would then admit them
-// early; the map never admits a key before its k-th lookup, it may only admit it late. A key
-// whose row was evicted starts counting again.
+// Admission counts (admit_after > 1) live in a map of at most kMaxPendingKeys keys per table
+// (fewer under a byte cap, which they may take a quarter of), so a stream of distinct keys seen
+// once cannot grow memory. When a key that is not in the map must be added to a full map, every
+// pending count is halved and the keys whose count falls to zero are forgotten, repeatedly, until
+// the map is at most half full (each pass at least halves the counts, which stay below admit_after,
+// so at most log2(admit_after) + 1 passes; each purge frees half the map, so its cost is O(1)
+// amortised per lookup). This is TinyLFU's "reset": frequent keys keep half their evidence, keys
+// seen once in the last ~kMaxPendingKeys / 2 new keys are forgotten. A map rather than a count-min
+// sketch, because a sketch that holds no keys overcounts colliding ones under a long stream of
+// distinct keys and would then admit them early; the map never admits a key before its k-th lookup,
+// it may only admit it late. A key whose row was evicted starts counting again.
 //
 // Caps: max_rows bounds the rows directly; max_bytes bounds them through RowStore::BytesBound,
 // the most memory the rows, their index, the chunk list and the admission map can take for a
@@ -28,9 +30,11 @@
 #include "ps/embedding_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -48,8 +52,14 @@ namespace pstrain {
 namespace {
 
 constexpr int64_t kMaxPendingKeys = int64_t{1} << 17;
+constexpr uint32_t kAdamCachedSteps = 4096;
+// Adam's bias corrections at a step count t: 1 - beta1^t, and sqrt(1 - beta2^t) as AdamKernel
+// takes it.
+struct BiasCorrection {
+  double bc1;
+  float bc2_sqrt;
+};
 constexpr int64_t kChunkBytes = int64_t{1} << 20;  // arena chunks of about this size
-constexpr int kPrefetchAhead = 8;                  // keys probed ahead in a batch
 
 enum class Rule { kSgd, kAdagrad, kAdam, kFtrl };
 
@@ -76,12 +86,13 @@ class Table final : public EmbeddingTable {
         dim_(def.dim()),
         fpr_((1 + layout.slots) * def.dim()),
         admit_after_(def.admit_after()),
-        evict_after_(static_cast<uint64_t>(def.evict_after_steps())),
+        evict_after_(static_cast<uint32_t>(
+            std::min<int64_t>(def.evict_after_steps(), std::numeric_limits<uint32_t>::max()))),
         max_rows_(layout.max_rows),
         max_pending_(layout.max_pending),
-        may_miss_(def.admit_after() > 1 || def.evict_after_steps() > 0 || def.max_rows() > 0 ||
-                  def.max_bytes() > 0),
-        rows_(fpr_, layout.rule == Rule::kAdam, may_miss_, layout.chunk_slots) {
+        evicts_(def.evict_after_steps() > 0 || def.max_rows() > 0 || def.max_bytes() > 0),
+        may_miss_(evicts_ || def.admit_after() > 1),
+        rows_(fpr_, layout.rule == Rule::kAdam, evicts_, layout.chunk_slots) {
     const OptimizerConfig& o = def.optimizer();
     const bool adagrad = rule_ == Rule::kAdagrad;
     eps_ = Or(o.has_epsilon(), o.epsilon(), adagrad ? kDefaultAdagradEpsilon : kDefaultAdamEpsilon);
@@ -90,24 +101,43 @@ class Table final : public EmbeddingTable {
     power_ =
         Or(o.has_learning_rate_power(), o.learning_rate_power(), kDefaultFtrlLearningRatePower);
     const double acc = o.initial_accumulator_value();
-    first_slot_value_ = static_cast<float>(
-        rule_ == Rule::kFtrl && acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
+    if (rule_ == Rule::kAdam) {
+      bias_.resize(kAdamCachedSteps);
+      for (uint32_t t = 1; t < kAdamCachedSteps; ++t) bias_[t] = Bias(t);
+    }
+    if (rule_ == Rule::kAdagrad) first_slot_value_ = static_cast<float>(acc);
+    if (rule_ == Rule::kFtrl) {
+      first_slot_value_ = static_cast<float>(acc == 0.0 ? kDefaultFtrlInitialAccumulator : acc);
+    }
   }
 
   const TableDef& def() const override { return def_; }
   int floats_per_row() const override { return fpr_; }
 
   uint64_t Lookup(const uint64_t* keys, int64_t n, float* out) override {
-    absl::MutexLock lock(&mu_);
-    counters_.keys_looked_up += n;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
-      float* o = out + i * dim_;
-      uint32_t slot = rows_.Find(keys[i]);
-      if (slot == RowStore::kNil) slot = Miss(keys[i], o);
-      // Copied now: a later key of this batch may evict this row to make room.
-      if (slot != RowStore::kNil) std::memcpy(o, rows_.floats(slot), dim_ * sizeof(float));
+    keys_looked_up_.fetch_add(n, std::memory_order_relaxed);
+    const int64_t row_bytes = int64_t{dim_} * int64_t{sizeof(float)};
+    {
+      // Under the shared lock while every key has a row, so lookups run concurrently; the first
+      // key without one sends the whole batch to the exclusive path below.
+      absl::ReaderMutexLock lock(&mu_);
+      const bool complete = ForEachKey(
+          keys, n, row_bytes, false, [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+            if (slot == RowStore::kNil) return false;
+            std::memcpy(out + i * dim_, rows_.floats(slot), row_bytes);
+            return true;
+          });
+      if (complete) return version_;
     }
+    absl::MutexLock lock(&mu_);
+    ForEachKey(keys, n, row_bytes, false,
+               [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                 float* o = out + i * dim_;
+                 if (slot == RowStore::kNil) slot = Miss(keys[i], o);
+                 // Copied now: a later key of this batch may evict this row to make room.
+                 if (slot != RowStore::kNil) std::memcpy(o, rows_.floats(slot), row_bytes);
+                 return true;
+               });
     return version_;
   }
 
@@ -173,7 +203,7 @@ class Table final : public EmbeddingTable {
     s.set_rows(rows_.rows());
     s.set_bytes(BytesLocked());
     s.set_payload_bytes_per_row(int64_t{fpr_} * int64_t{sizeof(float)});
-    s.set_keys_looked_up(counters_.keys_looked_up);
+    s.set_keys_looked_up(keys_looked_up_.load(std::memory_order_relaxed));
     s.set_admitted(counters_.admitted);
     s.set_filtered_lookups(counters_.filtered_lookups);
     s.set_filtered_gradients(counters_.filtered_gradients);
@@ -215,6 +245,38 @@ class Table final : public EmbeddingTable {
   }
 
  private:
+  // Calls visit(i, slot of keys[i] or kNil) for i = 0..n-1 in order until it returns false (and
+  // then returns false), as a software pipeline that hides memory latency: while key i is
+  // visited, the slot of key i + kAhead is looked up and its first `row_bytes` (and bookkeeping,
+  // with `meta`) fetched, and the index buckets of key i + 2 kAhead. A slot looked up ahead is
+  // looked up again if `visit` removed rows meanwhile (a new row may evict others); keys are
+  // distinct, so a key absent ahead is still absent.
+  template <typename Visit>
+  bool ForEachKey(const uint64_t* keys, int64_t n, int64_t row_bytes, bool meta, Visit visit) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    constexpr int64_t kAhead = 8;
+    uint32_t ahead[kAhead];
+    uint64_t removals[kAhead];  // rows_.removals() when ahead[] was looked up
+    auto find = [&](int64_t j) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      const uint32_t slot = rows_.Find(keys[j]);
+      ahead[j % kAhead] = slot;
+      removals[j % kAhead] = rows_.removals();
+      if (slot != RowStore::kNil) rows_.PrefetchSlot(slot, row_bytes, meta);
+    };
+    for (int64_t j = 0; j < std::min(n, 2 * kAhead); ++j) rows_.Prefetch(keys[j]);
+    for (int64_t j = 0; j < std::min(n, kAhead); ++j) find(j);
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t slot = ahead[i % kAhead];
+      if (slot != RowStore::kNil && removals[i % kAhead] != rows_.removals()) {
+        slot = rows_.Find(keys[i]);
+      }
+      if (i + kAhead < n) find(i + kAhead);
+      if (i + 2 * kAhead < n) rows_.Prefetch(keys[i + 2 * kAhead]);
+      if (!visit(i, slot)) return false;
+    }
+    return true;
+  }
+
   // A lookup of `key`, which has no row: counts towards its admission and gives it a row once
   // admitted; otherwise fills `out` with what an unadmitted key reads. Returns the new slot or
   // kNil.
@@ -291,21 +353,20 @@ class Table final : public EmbeddingTable {
     }
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) rows_.Prefetch(keys[i + kPrefetchAhead]);
-      const uint32_t slot = rows_.Find(keys[i]);
-      if (slot == RowStore::kNil) continue;
-      UpdateRow(slot, grads + i * dim_, gs, lr);
-      rows_.Touch(slot, step);
-      ++applied;
-    }
+    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, evicts_,
+               [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                 if (slot == RowStore::kNil) return true;
+                 UpdateRow(slot, grads + i * dim_, gs, lr);
+                 rows_.Touch(slot, step);
+                 ++applied;
+                 return true;
+               });
     counters_.gradient_rows_applied += applied;
     counters_.filtered_gradients += (n - applied);
     version_ = step;
     if (evict_after_ > 0) {
       for (uint32_t s = rows_.oldest();
-           s != RowStore::kNil && version_ - rows_.last_update(s) >= evict_after_;
-           s = rows_.oldest()) {
+           s != RowStore::kNil && rows_.age(s, version_) >= evict_after_; s = rows_.oldest()) {
         rows_.Remove(s);
         counters_.evicted_by_age += 1;
       }
@@ -326,12 +387,11 @@ class Table final : public EmbeddingTable {
         return;
       case Rule::kAdam: {
         // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
-        const double t = static_cast<double>(++rows_.step_count(slot));
-        const double bc1 = 1.0 - std::pow(beta1_, t), bc2 = 1.0 - std::pow(beta2_, t);
+        const uint32_t t = ++rows_.step_count(slot);
+        const BiasCorrection bc = t < bias_.size() ? bias_[t] : Bias(t);
         AdamKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, static_cast<float>(1.0 - beta1_),
-                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_),
-                   static_cast<float>(std::sqrt(bc2)), static_cast<float>(eps_),
-                   static_cast<float>(-lr / bc1));
+                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_), bc.bc2_sqrt,
+                   static_cast<float>(eps_), static_cast<float>(-lr / bc.bc1));
         return;
       }
       case Rule::kFtrl:
@@ -342,10 +402,9 @@ class Table final : public EmbeddingTable {
   }
 
   int64_t BytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return static_cast<int64_t>(sizeof(*this) - sizeof(RowStore) + def_.SpaceUsedLong() -
-                                sizeof(def_)) +
-           rows_.bytes() + RowStore::IndexBytes(pending_.capacity()) +
-           RowStore::IndexBytes(acc_index_.capacity()) +
+    return static_cast<int64_t>(sizeof(*this) - sizeof(RowStore)) + rows_.bytes() +
+           RowStore::IndexBytes(pending_.capacity()) + RowStore::IndexBytes(acc_index_.capacity()) +
+           static_cast<int64_t>(bias_.capacity() * sizeof(BiasCorrection)) +
            static_cast<int64_t>(acc_keys_.capacity() * sizeof(uint64_t) +
                                 acc_grads_.capacity() * sizeof(float));
   }
@@ -356,21 +415,32 @@ class Table final : public EmbeddingTable {
   const int dim_;
   const int fpr_;
   const int32_t admit_after_;
-  const uint64_t evict_after_;  // 0: never
+  // 0: never. Rows reach at most this age (the update that makes a row this old evicts it), so
+  // RowStore's 32-bit ages are exact; a longer time is taken as 2^32 - 1 steps.
+  const uint32_t evict_after_;
   const int64_t max_rows_;
   const int64_t max_pending_;
+  const bool evicts_;    // by age or cap: the store keeps the eviction order
   const bool may_miss_;  // admission or eviction: a pushed key may rightly have no row
   double eps_, beta1_, beta2_, power_;
-  float first_slot_value_;  // adagrad's sum and ftrl's accumulator start here
+  // Adam's bias corrections for step counts below kAdamCachedSteps (two pow calls per row
+  // otherwise).
+  BiasCorrection Bias(uint32_t t) const {
+    const double td = static_cast<double>(t);
+    return {1.0 - std::pow(beta1_, td), static_cast<float>(std::sqrt(1.0 - std::pow(beta2_, td)))};
+  }
+  std::vector<BiasCorrection> bias_;  // indexed by t; empty unless adam
+  float first_slot_value_ = 0.0f;     // adagrad's sum and ftrl's accumulator start here
 
   mutable absl::Mutex mu_;
   RowStore rows_ ABSL_GUARDED_BY(mu_);
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   struct Counters {
-    int64_t keys_looked_up = 0, admitted = 0, filtered_lookups = 0, filtered_gradients = 0;
+    int64_t admitted = 0, filtered_lookups = 0, filtered_gradients = 0;
     int64_t evicted_by_age = 0, evicted_by_cap = 0, gradient_rows_applied = 0;
   };
   Counters counters_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> keys_looked_up_{0};  // counted under either lock
   absl::flat_hash_map<uint64_t, uint32_t> pending_ ABSL_GUARDED_BY(mu_);  // admission counts
   // Sync accumulator: key -> index in acc_keys_; acc_grads_ holds dim floats per key.
   absl::flat_hash_map<uint64_t, uint32_t> acc_index_ ABSL_GUARDED_BY(mu_);
@@ -402,19 +472,20 @@ absl::StatusOr<Table::Layout> MakeLayout(const TableDef& def) {
   const bool steps = layout.rule == Rule::kAdam;
   const int64_t slot_bytes = RowStore::SlotBytes(fpr, steps);
   int64_t chunk = FloorPow2(kChunkBytes / slot_bytes);
-  if (def.max_rows() > 0) chunk = std::min(chunk, int64_t(std::bit_ceil(uint64_t(def.max_rows()))));
+  layout.max_rows = RowStore::kMaxRows;
+  if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
+  chunk = std::min(chunk, static_cast<int64_t>(std::bit_ceil(uint64_t(layout.max_rows))));
   // Small byte caps get small chunks, so a chunk's unused slots cost at most 1/8 of the cap.
   if (def.max_bytes() > 0) chunk = std::min(chunk, FloorPow2(def.max_bytes() / 8 / slot_bytes));
   layout.chunk_slots = chunk;
-  layout.max_rows = RowStore::kMaxRows;
-  if (def.max_rows() > 0) layout.max_rows = std::min(layout.max_rows, def.max_rows());
   if (def.max_bytes() > 0) {
     // The admission counts take at most a quarter of the byte cap.
     while (layout.max_pending > 64 && PendingBytesBound(layout.max_pending) > def.max_bytes() / 4) {
       layout.max_pending /= 2;
     }
-    const int64_t fixed = static_cast<int64_t>(sizeof(Table)) + def.ByteSizeLong() +
-                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0);
+    const int64_t fixed = static_cast<int64_t>(sizeof(Table)) +
+                          (def.admit_after() > 1 ? PendingBytesBound(layout.max_pending) : 0) +
+                          (steps ? int64_t{kAdamCachedSteps} * int64_t{sizeof(BiasCorrection)} : 0);
     auto fits = [&](int64_t rows) {
       return fixed + RowStore::BytesBound(rows, fpr, steps, chunk) <= def.max_bytes();
     };

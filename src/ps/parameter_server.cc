@@ -10,13 +10,9 @@
 // its methods). A map's lock is never held while another is taken, a request holds one variable's
 // or table's lock at a time, and chief_mu_ is a leaf. No lock is held across a wait: a pull or
 // lookup that waits is queued in Consistency and served, outside every lock, by the call that
-// made it ready.
-//
-// Counters (StatsResponse): a table's gradient counts like a variable's, one per table and push:
-// pushes_applied when it is applied (async, ssp) or accumulated (sync), updates_applied for each
-// optimizer application (a sparse push in async and ssp, a completed step in sync), and a sparse
-// push counts in pushes_by_worker, stale_dropped and dropped_by_worker as a dense one does;
-// pulls_waited counts lookups that waited, and nonfinite_rejected sparse pushes refused.
+// made it ready. Whether a waiting lookup is ready is read from its tables' published versions
+// (atomics), so that check never waits for a table's lock; only the message of a lookup that
+// timed out takes Table::mu (for the step's contributors) under Consistency's lock.
 
 #include <cstdint>
 #include <functional>

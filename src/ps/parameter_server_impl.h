@@ -155,6 +155,9 @@ class ParameterServerImpl final : public ParameterServer {
   std::vector<std::pair<std::string, TablePtr>> AllTables() ABSL_LOCKS_EXCLUDED(tables_mu_);
   // "table 'name' on ps task N", the start of every table message.
   std::string TableWhere(absl::string_view name) const;
+  // `s`, from the EmbeddingTable `name` ("table 'name': ..."), as said by this task ("table
+  // 'name' on ps task N: ...").
+  absl::Status FromTable(absl::string_view name, const absl::Status& s) const;
   // Finds the table of one request entry and reads its keys into `slice`: whole uint64s, at most
   // kMaxKeysPerRequest, distinct. `what` is "lookup" or "push".
   absl::Status ParseKeys(const std::string& table, const std::string& keys, absl::string_view what,

@@ -121,7 +121,11 @@ class ParameterServer {
   // that now have enough gradients apply, and waiting pulls are re-checked.
   virtual absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) = 0;
   // Counters since the server started (proto StatsResponse), with one TableStats per table,
-  // sorted by name.
+  // sorted by name. A table's gradient counts as a variable's does, once per table and push:
+  // pushes_applied when applied (async, ssp) or accumulated (sync), updates_applied per optimizer
+  // application (each sparse gradient in async and ssp, each completed table step in sync); a
+  // sparse push counts in pushes_by_worker, stale_dropped, dropped_by_worker and
+  // nonfinite_rejected as a dense push does, and lookups that waited in pulls_waited.
   virtual absl::Status Stats(const StatsRequest& req, StatsResponse* resp) = 0;
   // OK if `req` may end the job: from the chief, with a reason within kMaxTextBytes. The gRPC
   // service calls it before its ShutdownFn.

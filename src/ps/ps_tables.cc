@@ -20,7 +20,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/limits.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -51,10 +55,25 @@ std::string FloatCount(size_t got) {
   return absl::StrCat(got, " bytes");
 }
 
+// What MessageDifferencer reports ("modified: dim: 4 -> 8\n..."), on one line of at most 512
+// bytes.
+std::string OneLine(absl::string_view differences) {
+  std::string line =
+      absl::StrJoin(absl::StrSplit(absl::StripTrailingAsciiWhitespace(differences), '\n'), "; ");
+  if (line.size() > 512) line = absl::StrCat(line.substr(0, 512), "...");
+  return line;
+}
+
 }  // namespace
 
 std::string ParameterServerImpl::TableWhere(absl::string_view name) const {
   return absl::StrCat("table ", Quoted(name), " on ", Where());
+}
+
+absl::Status ParameterServerImpl::FromTable(absl::string_view name, const absl::Status& s) const {
+  absl::string_view message = s.message();
+  absl::ConsumePrefix(&message, absl::StrCat("table ", Quoted(name), ": "));
+  return absl::Status(s.code(), absl::StrCat(TableWhere(name), ": ", message));
 }
 
 absl::StatusOr<TablePtr> ParameterServerImpl::FindTable(absl::string_view name) {
@@ -94,15 +113,16 @@ absl::Status ParameterServerImpl::CreateTables(const CreateTablesRequest& req,
     created.reserve(req.tables_size());
     for (const TableDef& def : req.tables()) {
       if (absl::StatusOr<TablePtr> existing = FindTable(def.name()); existing.ok()) {
-        if (google::protobuf::util::MessageDifferencer::Equals((*existing)->def, def)) continue;
-        return absl::AlreadyExistsError(
-            absl::StrCat(TableWhere(def.name()), " already exists with another definition (",
-                         (*existing)->def.ShortDebugString().substr(0, 512), ")"));
+        std::string differences;
+        google::protobuf::util::MessageDifferencer differ;
+        differ.ReportDifferencesToString(&differences);
+        if (differ.Compare((*existing)->def, def)) continue;
+        return absl::AlreadyExistsError(absl::StrCat(TableWhere(def.name()),
+                                                     " already exists with another definition (",
+                                                     OneLine(differences), ")"));
       }
       absl::StatusOr<std::unique_ptr<EmbeddingTable>> table = EmbeddingTable::Create(def);
-      if (!table.ok()) {
-        return WithPrefix(table.status(), absl::StrCat("creating ", TableWhere(def.name()), ": "));
-      }
+      if (!table.ok()) return FromTable(def.name(), table.status());
       created.emplace_back(def.name(), std::make_shared<Table>(def, *std::move(table)));
     }
   } catch (const std::bad_alloc&) {
@@ -293,7 +313,9 @@ absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode
       }
     }
   }
-  if (absl::Status s = table->rows->CheckPush(slice->keys, slice->n); !s.ok()) return Refused(s);
+  if (absl::Status s = table->rows->CheckPush(slice->keys, slice->n); !s.ok()) {
+    return FromTable(g.table(), s);
+  }
   return absl::OkStatus();
 }
 
