@@ -1,4 +1,4 @@
-// The CTR job's acceptance, a few minutes on two cores (run it alone: ctest -R ctr_slow):
+// The CTR job's acceptance, a few minutes on two cores (run it alone: ctest -R CtrSlow):
 // `pstrain launch --ps 2 --workers 2 --model wide_deep --data criteo:FILE` on a generated
 // 1,000,000-row file reaches a held-out AUC within 0.01 of the ground truth's, and prints it
 // with the log loss.

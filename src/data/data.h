@@ -127,8 +127,9 @@ struct DataShape {
   int num_classes = 0;         // labels are classes 0 .. num_classes-1; 0: not known (text)
 };
 
-// The shape of `spec`'s examples: from the IDX headers, a CSV file's first line, or the format
-// alone (LibSVM, Criteo). Errors name the file.
+// The shape of `spec`'s examples: from the IDX files of the t10k split (which share the train
+// split's shape), a CSV file's first line, or the format alone (LibSVM, Criteo). Errors name
+// the file.
 absl::StatusOr<DataShape> ShapeOf(const DataSpec& spec);
 
 // The training records of `spec`: the IDX train split's examples or a text file's records

@@ -85,7 +85,9 @@ absl::StatusOr<DataShape> ShapeOf(const DataSpec& spec) {
   DataShape shape;
   switch (spec.format) {
     case DataSpec::Format::kIdx: {
-      absl::StatusOr<Examples> none = LoadMnist(spec.path, kTrainSplit, 0, 0);
+      // From the held-out split, which the chief reads anyway: it needs only the training
+      // labels (to count them), not the training images, which only the workers read.
+      absl::StatusOr<Examples> none = LoadMnist(spec.path, kTestSplit, 0, 0);
       if (!none.ok()) return none.status();
       shape.dense_features = none->dense_dim;
       shape.num_classes = kMnistClasses;

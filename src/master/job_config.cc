@@ -159,7 +159,7 @@ std::string JobResult::ToJson() const {
                       {"worker_stale_steps", worker_stale_steps}};
   if (total_steps > 0) j["total_steps"] = total_steps;
   if (!model.empty()) j["model"] = model;
-  if (classification) j["test_accuracy"] = Round(test_accuracy, 4);
+  if (classification || test_accuracy > 0) j["test_accuracy"] = Round(test_accuracy, 4);
   if (binary) {
     j["auc"] = Round(auc, 4);
     j["log_loss"] = Round(log_loss, 4);
