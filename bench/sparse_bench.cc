@@ -177,16 +177,11 @@ struct LocalPs {
     CreateTablesResponse create_resp;
     if (status.ok()) status = ps->CreateTables(create, &create_resp);
     service = MakeParameterServerService(ps.get(), nullptr);
-    grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    builder.SetMaxSendMessageSize(kMaxMessageBytes);
-    builder.RegisterService(service.get());
-    server = builder.BuildAndStart();
-    if (status.ok() && (server == nullptr || port == 0)) {
-      status = absl::UnavailableError("could not listen on 127.0.0.1");
-    }
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
+    if (started.ok()) server = *std::move(started);
+    if (status.ok()) status = started.status();
     address = "127.0.0.1:" + std::to_string(port);
   }
   ~LocalPs() {

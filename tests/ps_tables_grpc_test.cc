@@ -30,12 +30,11 @@ class PsTablesGrpcTest : public ::testing::Test {
   void Start(const ConfigureRequest* config) {
     ps_ = MakePs(config);
     service_ = MakeParameterServerService(ps_.get(), nullptr);
-    grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        StartGrpcServer("127.0.0.1:0", {service_.get()}, &port);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
     address_ = absl::StrCat("127.0.0.1:", port);
     channel_ = MakeChannel(address_);
     ASSERT_TRUE(channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(30))));

@@ -81,7 +81,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services) {
+    const std::string& address, const std::vector<grpc::Service*>& services, int* bound_port) {
   RouteGrpcLogging();
   grpc::ServerBuilder builder;
   int port = 0;
@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " (port in use or address not local)"));
   }
+  if (bound_port != nullptr) *bound_port = port;
   return server;
 }
 

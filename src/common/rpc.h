@@ -30,8 +30,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Builds a server on `address` with pstrain's limits; SO_REUSEPORT is off so a port already in
 // use is an error instead of a silent second listener. Returns the error naming the address.
+// `bound_port`, if given, receives the port listened on (the one picked for port 0).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services);
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    int* bound_port = nullptr);
 
 // A client context whose deadline is `timeout` from now. With `wait_for_ready` the call waits
 // (within the deadline) for a channel that is still connecting instead of failing at once with

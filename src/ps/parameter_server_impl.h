@@ -132,6 +132,20 @@ class ParameterServerImpl final : public ParameterServer {
   absl::Status CheckChief(const Sender& s, absl::string_view method) ABSL_LOCKS_EXCLUDED(chief_mu_);
   // The chief (as CheckChief), or a worker as Consistency::CheckWorker allows.
   absl::Status CheckChiefOrWorker(const Sender& s, absl::string_view method);
+  // The checks every push, dense or sparse, makes before it looks at a gradient: the sender may
+  // push, the request carries gradients, and their names (`noun`s, at most `limit`) are distinct.
+  template <typename Req, typename GetName>
+  absl::Status CheckPushRequest(const Req& req, GetName name_of, absl::string_view what,
+                                absl::string_view noun, int64_t limit) {
+    if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+    if (absl::Status s = consistency_.CheckPusher(req.sender()); !s.ok()) return Refused(s);
+    if (req.gradients_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " from ", SenderString(req.sender()),
+                                                     " to ", Where(), " carries no gradient"));
+    }
+    return CheckNames(req.gradients(), name_of, what, absl::StatusCode::kInvalidArgument, noun,
+                      limit);
+  }
   // The checks of a pull before it looks at any variable's values; fills `vars` in request order.
   absl::Status ValidatePull(const PullRequest& req, std::vector<VariablePtr>* vars);
   // The sync-mode wait of a pull: what it waits for, and what it still lacks.

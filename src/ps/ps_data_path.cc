@@ -148,15 +148,9 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
 
 absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* resp) {
   resp->Clear();
-  if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
-  if (absl::Status s = consistency_.CheckPusher(req.sender()); !s.ok()) return Refused(s);
-  if (req.gradients_size() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("push from ", SenderString(req.sender()), " to ",
-                                                   Where(), " carries no gradient"));
-  }
-  if (absl::Status s = CheckNames(
-          req.gradients(), [](const Gradient& g) -> const std::string& { return g.name(); }, "push",
-          absl::StatusCode::kInvalidArgument);
+  if (absl::Status s = CheckPushRequest(
+          req, [](const Gradient& g) -> const std::string& { return g.name(); }, "push", "variable",
+          kMaxVariablesPerRequest);
       !s.ok()) {
     return s;
   }

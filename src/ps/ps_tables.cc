@@ -322,15 +322,9 @@ absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode
 absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
                                              PushSparseResponse* resp) {
   resp->Clear();
-  if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
-  if (absl::Status s = consistency_.CheckPusher(req.sender()); !s.ok()) return Refused(s);
-  if (req.gradients_size() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sparse push from ", SenderString(req.sender()),
-                                                   " to ", Where(), " carries no gradient"));
-  }
-  if (absl::Status s = CheckNames(
-          req.gradients(), [](const SparseGradient& g) -> const std::string& { return g.table(); },
-          "sparse push", absl::StatusCode::kInvalidArgument, "table", kMaxTables);
+  if (absl::Status s = CheckPushRequest(
+          req, [](const SparseGradient& g) -> const std::string& { return g.table(); },
+          "sparse push", "table", kMaxTables);
       !s.ok()) {
     return s;
   }
