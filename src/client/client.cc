@@ -106,7 +106,8 @@ class Client::Impl {
   absl::Status Connect();
   absl::StatusOr<int> CreateVariable(const VariableOptions& v);
   absl::Status Pull(std::vector<const float*>* values);
-  absl::Status Push(const std::vector<Tensor>& grads, int64_t examples, std::optional<double> loss);
+  absl::Status Push(const std::vector<TensorView>& grads, int64_t examples,
+                    std::optional<double> loss);
   absl::StatusOr<int> CreateTable(const TableOptions& t);
   absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
                       std::vector<const float*>* rows);
@@ -251,7 +252,7 @@ absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
   return absl::OkStatus();
 }
 
-absl::Status Client::Impl::Push(const std::vector<Tensor>& grads, int64_t examples,
+absl::Status Client::Impl::Push(const std::vector<TensorView>& grads, int64_t examples,
                                 std::optional<double> loss) {
   if (absl::Status s = CheckUsable(); !s.ok()) return s;
   if (!pulled_) {
@@ -416,6 +417,12 @@ absl::StatusOr<int> Client::CreateVariable(const VariableOptions& v) {
 }
 absl::Status Client::Pull(std::vector<const float*>* values) { return impl_->Pull(values); }
 absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
+                          std::optional<double> loss) {
+  absl::StatusOr<std::vector<TensorView>> views = ViewsOf(grads);
+  if (!views.ok()) return views.status();
+  return impl_->Push(*views, examples, loss);
+}
+absl::Status Client::Push(const std::vector<TensorView>& grads, int64_t examples,
                           std::optional<double> loss) {
   return impl_->Push(grads, examples, loss);
 }

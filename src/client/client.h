@@ -193,6 +193,9 @@ class Client {
   // is never sent twice: after an error it is unknown whether it was applied.
   absl::Status Push(const std::vector<Tensor>& grads, int64_t examples = 0,
                     std::optional<double> loss = std::nullopt);
+  // The same from views of the caller's memory, which must hold the floats until it returns.
+  absl::Status Push(const std::vector<TensorView>& grads, int64_t examples = 0,
+                    std::optional<double> loss = std::nullopt);
 
   // Gets or creates the table on every PS (MasterService.CreateTable): a table of that name
   // that exists is returned if its definition is the same, else InvalidArgument from the chief

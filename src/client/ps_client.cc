@@ -169,18 +169,41 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<TensorView>> ViewsOf(const std::vector<Tensor>& tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (t.size() != NumElements(t.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, " has shape ", ShapeString(t.shape), " and ", t.size(), " values"));
+    }
+    views.push_back({t.shape, t.data()});
+  }
+  return views;
+}
+
 absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped) {
+  absl::StatusOr<std::vector<TensorView>> views = ViewsOf(grads);
+  if (!views.ok()) return views.status();
+  return Push(*views, stale_dropped);
+}
+
+absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dropped) {
   if (!unsendable_.ok()) return unsendable_;
   if (grads.size() != variables_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", variables_.size(), " variables"));
   }
   for (size_t i = 0; i < variables_.size(); ++i) {
-    if (grads[i].shape != variables_[i].shape ||
-        grads[i].size() != NumElements(variables_[i].shape)) {
+    if (grads[i].shape != variables_[i].shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "gradient for ", variables_[i].name, " has shape ", ShapeString(grads[i].shape), " and ",
-          grads[i].size(), " values, the variable ", ShapeString(variables_[i].shape)));
+          "gradient for ", variables_[i].name, " has shape ", ShapeString(grads[i].shape),
+          ", the variable ", ShapeString(variables_[i].shape)));
+    }
+    if (grads[i].data == nullptr && NumElements(grads[i].shape) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for ", variables_[i].name, " has no values"));
     }
   }
   for (size_t b = 0; b < batches_.size(); ++b) {
@@ -191,7 +214,7 @@ absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped
       const ShardRef& shard = v.shards[j];
       Gradient* g = push_reqs_[b].mutable_gradients(k);
       g->set_read_version(versions_[i][j]);
-      EncodeTensor(ShardShape(v, shard), grads[i].data() + shard.row_begin * RowSize(v.shape),
+      EncodeTensor(ShardShape(v, shard), grads[i].data + shard.row_begin * RowSize(v.shape),
                    g->mutable_gradient());
     }
   }

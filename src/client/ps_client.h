@@ -36,6 +36,10 @@ struct VariableRef {
 absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
                                           const std::vector<int64_t>& shape, int num_ps);
 
+// Views of `tensors`, in order; InvalidArgument naming the index of the first whose values do not
+// fill its shape.
+absl::StatusOr<std::vector<TensorView>> ViewsOf(const std::vector<Tensor>& tensors);
+
 // How much one Pull or Push request to a PS may carry; a PS's shards are split over as many
 // requests as these need. The defaults are the servers' limits (common/limits.h).
 struct RequestLimits {
@@ -66,6 +70,7 @@ class PsClient {
   // its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as stale.
   // Waits for a PS that is still connecting, but is never sent twice (a push is not idempotent).
   absl::Status Push(const std::vector<Tensor>& grads, int* stale_dropped = nullptr);
+  absl::Status Push(const std::vector<TensorView>& grads, int* stale_dropped = nullptr);
   // Smallest and largest version over the shards of the last Pull; in sync mode both are the
   // global step.
   uint64_t min_version_read() const;

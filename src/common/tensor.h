@@ -27,6 +27,13 @@ struct Tensor {
   const float* data() const { return values.data(); }
 };
 
+// A read-only view of `shape`'s row-major floats held elsewhere (a caller's buffer, a numpy
+// array), for pushing a gradient without copying it into a Tensor first.
+struct TensorView {
+  std::vector<int64_t> shape;
+  const float* data = nullptr;  // NumElements(shape) floats
+};
+
 // Product of the dimensions; 1 for a scalar (empty shape). The caller checks that it does not
 // overflow (common/limits.h's CheckedNumElements does).
 int64_t NumElements(const std::vector<int64_t>& shape);
