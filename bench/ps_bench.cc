@@ -23,6 +23,7 @@
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
+#include "local_ps.h"
 #include "model/model.h"
 #include "ps/optimizer.h"
 #include "ps/ps.h"
@@ -175,34 +176,7 @@ int64_t MlpFloats() {
 }
 
 // One PS task serving on 127.0.0.1 at a port the kernel picked, async mode.
-struct LocalPs {
-  LocalPs() {
-    ps = *ParameterServer::Create({});
-    ConfigureRequest req;
-    *req.mutable_sender() = MakeSender("chief", 0);
-    req.mutable_consistency()->set_mode("async");
-    req.mutable_consistency()->set_num_workers(1);
-    req.mutable_consistency()->set_replicas_to_aggregate(1);
-    ConfigureResponse resp;
-    status = ps->Configure(req, &resp);
-    service = MakeParameterServerService(ps.get(), nullptr);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-    if (started.ok()) server = *std::move(started);
-    if (status.ok()) status = started.status();
-    address = "127.0.0.1:" + std::to_string(port);
-  }
-  ~LocalPs() {
-    ps->Stop();
-    if (server) server->Shutdown();
-  }
-  absl::Status status;
-  std::unique_ptr<ParameterServer> ps;
-  std::unique_ptr<grpc::Service> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
+using bench::LocalPs;
 
 // Creates the variables of `vars` (Glorot values, SGD) on their tasks.
 absl::Status CreateVariables(const std::vector<LocalPs*>& ps,

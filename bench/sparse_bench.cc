@@ -32,6 +32,7 @@
 #include "client/table_client.h"
 #include "common/keys.h"
 #include "common/rpc.h"
+#include "local_ps.h"
 #include "ps/embedding_table.h"
 #include "ps/ps.h"
 
@@ -161,54 +162,31 @@ void BM_SparseLocal(benchmark::State& state) {
 
 // One PS task serving on 127.0.0.1 at a port the kernel picked, async, with table "emb" of
 // `dim` warmed by every worker's batches, so the timed loop updates rows that exist.
-struct LocalPs {
-  explicit LocalPs(int dim) {
-    ps = *ParameterServer::Create({});
-    ConfigureRequest cfg;
-    *cfg.mutable_sender() = MakeSender("chief", 0);
-    cfg.mutable_consistency()->set_mode("async");
-    cfg.mutable_consistency()->set_num_workers(2);
-    cfg.mutable_consistency()->set_replicas_to_aggregate(2);
-    ConfigureResponse cfg_resp;
-    status = ps->Configure(cfg, &cfg_resp);
+// One PS holding the table "emb" of `dim`, for two workers.
+struct TablePs : bench::LocalPs {
+  explicit TablePs(int dim) : LocalPs(2) {
     CreateTablesRequest create;
     *create.mutable_sender() = MakeSender("chief", 0);
     *create.add_tables() = Def(dim);
     CreateTablesResponse create_resp;
     if (status.ok()) status = ps->CreateTables(create, &create_resp);
-    service = MakeParameterServerService(ps.get(), nullptr);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-    if (started.ok()) server = *std::move(started);
-    if (status.ok()) status = started.status();
-    address = "127.0.0.1:" + std::to_string(port);
   }
-  ~LocalPs() {
-    ps->Stop();
-    if (server) server->Shutdown();
-  }
-  absl::Status status;
-  std::unique_ptr<ParameterServer> ps;
-  std::unique_ptr<grpc::Service> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
 };
 
 // The server of each dim, shared by the benchmark's threads and kept until the process exits.
-LocalPs* PsFor(int dim) {
+TablePs* PsFor(int dim) {
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<LocalPs>>* servers =
-      new std::map<int, std::unique_ptr<LocalPs>>;
+  static std::map<int, std::unique_ptr<TablePs>>* servers =
+      new std::map<int, std::unique_ptr<TablePs>>;
   std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<LocalPs>& ps = (*servers)[dim];
-  if (ps == nullptr) ps = std::make_unique<LocalPs>(dim);
+  std::unique_ptr<TablePs>& ps = (*servers)[dim];
+  if (ps == nullptr) ps = std::make_unique<TablePs>(dim);
   return ps.get();
 }
 
 void BM_SparseRpc(benchmark::State& state) {
   const int dim = static_cast<int>(state.range(0));
-  LocalPs* ps = PsFor(dim);
+  TablePs* ps = PsFor(dim);
   if (!ps->status.ok()) {
     state.SkipWithError(std::string(ps->status.message()).c_str());
     return;

@@ -3,6 +3,7 @@
 
 #include "client/client.h"
 #include "client/options_proto.h"
+#include "common/initializer_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -95,7 +96,7 @@ TEST(ClientOptionsTest, OptimizerOptionsKeepUnsetFieldsUnset) {
 }
 
 TEST(ClientOptionsTest, InitializerOptionsCarryEveryField) {
-  const InitializerDef p = ToProto(InitializerOptions{
+  const InitializerDef p = InitializerDefOf(InitializerOptions{
       .kind = "uniform", .value = 1, .low = -2, .high = 3, .mean = 4, .stddev = 5, .seed = 6});
   EXPECT_EQ(p.kind(), "uniform");
   EXPECT_EQ(p.value(), 1);
@@ -104,7 +105,7 @@ TEST(ClientOptionsTest, InitializerOptionsCarryEveryField) {
   EXPECT_EQ(p.mean(), 4);
   EXPECT_EQ(p.stddev(), 5);
   EXPECT_EQ(p.seed(), 6u);
-  EXPECT_EQ(ToProto(InitializerOptions{}).kind(), "zeros");
+  EXPECT_EQ(InitializerDefOf(InitializerOptions{}).kind(), "zeros");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // examples/ctr_embeddings as a user would run it: a chief in external mode, two PS and two client
 // programs training a factorization machine whose rows live in embedding tables on the PS.
+#include <cmath>
 #include <filesystem>
 
 #include "external_cluster.h"
@@ -22,7 +23,7 @@ class CtrExampleTest : public ::testing::TestWithParam<std::string> {};
 
 // The clicks come from a hidden logistic model with pairwise interactions; its own AUC on the
 // held-out clicks is the ceiling (about 0.85), and a model that learned nothing scores 0.5; the
-// machine must come within 0.04 of the ceiling and cut the log loss by 0.15.
+// machine must come within 0.04 of the ceiling and cut the untrained model's log loss by 0.15.
 TEST_P(CtrExampleTest, LearnsTheHiddenModelNearlyAsWellAsItScoresItself) {
   const std::string mode = GetParam();
   ASSERT_TRUE(std::filesystem::exists(ExampleBinary())) << "build the ctr_embeddings target";
@@ -48,7 +49,10 @@ TEST_P(CtrExampleTest, LearnsTheHiddenModelNearlyAsWellAsItScoresItself) {
     const double auc = j["auc"].get<double>(), ceiling = j["truth_auc"].get<double>();
     EXPECT_GT(ceiling, 0.8) << line;
     EXPECT_GT(auc, ceiling - 0.04) << line;
-    EXPECT_LT(j["logloss"].get<double>(), j["initial_logloss"].get<double>() - 0.15) << line;
+    // The untrained model's logits are all near 0, so its log loss is near log 2. (The first
+    // batch's loss, "initial_logloss", is not the baseline: it is one batch, and in async mode
+    // it may already see the other worker's updates.)
+    EXPECT_LT(j["logloss"].get<double>(), std::log(2.0) - 0.15) << line;
     aucs.push_back(auc);
   }
   // After the final barrier both workers read the same rows.

@@ -6,6 +6,7 @@
 #include "client/options_proto.h"
 #include "client/ps_client.h"
 #include "client/table_client.h"
+#include "common/initializer_def.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
@@ -66,7 +67,7 @@ TableDef ToTableDef(const TableOptions& t) {
   TableDef def;
   def.set_name(t.name);
   def.set_dim(t.dim);
-  *def.mutable_initializer() = ToProto(t.initializer);
+  *def.mutable_initializer() = InitializerDefOf(t.initializer);
   *def.mutable_optimizer() =
       ToProto(t.optimizer.value_or(OptimizerOptions{.name = "adagrad", .learning_rate = 0.05}));
   def.set_admit_after(t.admit_after);
@@ -208,7 +209,7 @@ absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
   VariableSpec* spec = req.mutable_spec();
   spec->set_name(v.name);
   spec->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
-  *spec->mutable_initializer() = ToProto(v.initializer);
+  *spec->mutable_initializer() = InitializerDefOf(v.initializer);
   if (v.optimizer) *spec->mutable_optimizer() = ToProto(*v.optimizer);
   spec->set_partitioner(v.partitioner);
   CreateVariableResponse resp;

@@ -76,18 +76,6 @@ absl::StatusOr<ClientOptions> ClientOptions::FromTfConfigJson(std::string_view t
   return o;
 }
 
-InitializerDef ToProto(const InitializerOptions& o) {
-  InitializerDef p;
-  p.set_kind(o.kind);
-  p.set_value(o.value);
-  p.set_low(o.low);
-  p.set_high(o.high);
-  p.set_mean(o.mean);
-  p.set_stddev(o.stddev);
-  p.set_seed(o.seed);
-  return p;
-}
-
 OptimizerConfig ToProto(const OptimizerOptions& o) {
   OptimizerConfig p;
   p.set_name(o.name);

@@ -7,7 +7,6 @@
 
 namespace pstrain {
 
-InitializerDef ToProto(const InitializerOptions& o);
 OptimizerConfig ToProto(const OptimizerOptions& o);
 
 }  // namespace pstrain

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "client/table_client.h"
+#include "common/initializer_def.h"
 #include "common/rpc.h"
 #include "spdlog/spdlog.h"
 
@@ -17,18 +18,6 @@ constexpr int64_t kEvalChunk = 4096;
 
 absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-InitializerDef ToProto(const Initializer& init) {
-  InitializerDef d;
-  d.set_kind(init.kind);
-  d.set_value(init.value);
-  d.set_low(init.low);
-  d.set_high(init.high);
-  d.set_mean(init.mean);
-  d.set_stddev(init.stddev);
-  d.set_seed(init.seed);
-  return d;
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -53,7 +42,7 @@ TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps)
   TableDef def;
   def.set_name(table.name);
   def.set_dim(table.dim);
-  *def.mutable_initializer() = ToProto(table.initializer);
+  *def.mutable_initializer() = InitializerDefOf(table.initializer);
   *def.mutable_optimizer() = config.table_optimizer;
   def.set_admit_after(config.admit_after);
   def.set_unadmitted_zeros(config.unadmitted_zeros);

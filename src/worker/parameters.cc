@@ -1,24 +1,66 @@
 #include "worker/parameters.h"
 
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pstrain {
-namespace {
 
-// Runs `here` on this thread and `there` on another at the same time; the first error wins.
-template <typename A, typename B>
-absl::Status Both(A here, B there) {
-  absl::Status other;
-  std::thread t([&] { other = there(); });
-  absl::Status s = here();
-  t.join();
-  return s.ok() ? other : s;
-}
+// One thread kept for the second call of a step (the lookup next to the pull, the sparse push
+// next to the dense one), so that no thread is started per step.
+class ModelParameters::SideThread {
+ public:
+  SideThread() : thread_([this] { Loop(); }) {}
+  ~SideThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
 
-}  // namespace
+  // Runs `here` on this thread and `there` on the side thread at the same time; the first error
+  // wins.
+  absl::Status Both(const std::function<absl::Status()>& here,
+                    const std::function<absl::Status()>& there) {
+    {
+      absl::MutexLock lock(&mu_);
+      task_ = &there;
+      done_ = false;
+    }
+    absl::Status s = here();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    return s.ok() ? result_ : s;
+  }
+
+ private:
+  bool Ready() const { return stop_ || task_ != nullptr; }
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      mu_.Await(absl::Condition(this, &SideThread::Ready));
+      if (stop_) return;
+      const std::function<absl::Status()>* task = task_;
+      task_ = nullptr;
+      mu_.Unlock();
+      absl::Status r = (*task)();
+      mu_.Lock();
+      result_ = std::move(r);
+      done_ = true;
+    }
+  }
+
+  absl::Mutex mu_;
+  const std::function<absl::Status()>* task_ = nullptr;  // the call to run next
+  bool done_ = false;                                    // it returned
+  bool stop_ = false;
+  absl::Status result_;
+  std::thread thread_;  // last: starts once the fields above are set
+};
 
 ModelParameters::ModelParameters(const std::vector<std::string>& ps_addresses,
                                  std::vector<VariableRef> variables, std::vector<TableRef> tables,
@@ -28,6 +70,7 @@ ModelParameters::ModelParameters(const std::vector<std::string>& ps_addresses,
   if (canceller != nullptr) dense_.set_canceller(canceller);
   if (!tables.empty()) {
     tables_ = std::make_unique<TableClient>(ps_addresses, std::move(tables), sender, timeout);
+    side_ = std::make_unique<SideThread>();
     if (canceller != nullptr) tables_->set_canceller(canceller);
   }
 }
@@ -36,7 +79,7 @@ absl::Status ModelParameters::Read(const std::vector<std::vector<uint64_t>>& key
                                    uint64_t min_version, int64_t clock, bool sync,
                                    ModelInputs* in) {
   auto pull = [&] { return dense_.Pull(&values_, min_version, clock, sync); };
-  absl::Status s = tables_ == nullptr ? pull() : Both(pull, [&] {
+  absl::Status s = tables_ == nullptr ? pull() : side_->Both(pull, [&] {
     return tables_->Lookup(keys, &rows_, min_version, clock);
   });
   if (!s.ok()) return s;
@@ -57,12 +100,14 @@ absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& ke
                                     const ModelGrads& grads, bool sync, int* stale_dropped) {
   int dense_dropped = 0, table_dropped = 0;
   auto push = [&] { return dense_.Push(grads.params, &dense_dropped); };
-  absl::Status s = tables_ == nullptr ? push() : Both(push, [&] {
+  absl::Status s = tables_ == nullptr ? push() : side_->Both(push, [&] {
     return tables_->Push(keys, grads.rows, /*every_ps=*/sync, &table_dropped);
   });
   *stale_dropped = dense_dropped + table_dropped;
   return s;
 }
+
+ModelParameters::~ModelParameters() = default;
 
 absl::Status ModelParameters::Leave() { return dense_.Leave(); }
 

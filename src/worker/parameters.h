@@ -24,6 +24,7 @@ class ModelParameters {
   ModelParameters(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
                   std::vector<TableRef> tables, const Sender& sender, absl::Duration timeout,
                   CallCanceller* canceller);
+  ~ModelParameters();
 
   // Pulls every dense variable and looks up keys[t] (distinct keys) of every table t. On success
   // in->params and in->rows point at the values, valid until the next Read. `sync`: both wait
@@ -40,8 +41,10 @@ class ModelParameters {
   absl::Status Leave();
 
  private:
+  class SideThread;
   PsClient dense_;
   std::unique_ptr<TableClient> tables_;  // null for a model without tables
+  std::unique_ptr<SideThread> side_;     // with tables: runs their calls next to the dense ones
   std::vector<const float*> values_;
   std::vector<std::vector<float>> rows_;
 };
