@@ -122,7 +122,12 @@ std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::o
       RaiseInvalidArgument("client options: task must be an int, not " +
                            std::string(py::repr(task)));
     }
-    o.task = task.cast<int>();
+    try {
+      o.task = task.cast<int>();
+    } catch (const py::cast_error&) {
+      RaiseInvalidArgument("client options: task " + std::string(py::repr(task)) +
+                           " is out of range");
+    }
   }
   if (!(timeout > 0)) RaiseInvalidArgument("client options: timeout must be positive");
   o.timeout = absl::Seconds(timeout);
