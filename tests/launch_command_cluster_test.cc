@@ -3,7 +3,9 @@
 // one is left running.
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -142,6 +144,21 @@ TEST_F(LaunchCommandTest, CommandsThatNeverCallDoneFailTheLaunch) {
   EXPECT_THAT(r.err, HasSubstr("does each worker call done()?"));
 }
 
+// Ctrl-C on the launcher stops the job and the commands' process groups: 128 + SIGINT.
+TEST_F(LaunchCommandTest, InterruptedLaunchStopsTheCommands) {
+  const Proc p =
+      StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--log_dir",
+                   dir_ + "/logs", "--", "/bin/sh", "-c", "sleep 300 & echo started; wait"});
+  for (int i = 0; i < 500 && ReadFile(dir_ + "/logs/worker-1.log").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ReadFile(dir_ + "/logs/worker-1.log"), "started\n");
+  kill(p.pid, SIGINT);
+  const Result r = Wait(p, 30);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("interrupted, stopping the cluster"));
+}
+
 // Bad commands and flags are refused before any process starts.
 TEST_F(LaunchCommandTest, BadCommandsAndModelsAreRefusedBeforeAnythingStarts) {
   Result r = Launch({"--ps", "1", "--workers", "1"}, {"no-such-command-pstrain", "--x"}, 30);
@@ -158,6 +175,10 @@ TEST_F(LaunchCommandTest, BadCommandsAndModelsAreRefusedBeforeAnythingStarts) {
   r = Launch({"--model", "mlp"}, {ExampleBinary()}, 30);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("error: --model mlp does not go with -- COMMAND"));
+  std::ofstream(dir_ + "/file") << "not a directory";
+  r = Launch({"--log_dir", dir_ + "/file"}, {ExampleBinary()}, 30);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--log_dir " + dir_ + "/file: cannot create the directory"));
   r = Launch({"--ps", "1"}, {}, 30);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("nothing after --"));

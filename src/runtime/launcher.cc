@@ -241,6 +241,8 @@ class Cluster {
       char buf[4096];
       const ssize_t n = read(fds[k].fd, buf, sizeof(buf));
       if (n <= 0) {
+        if (!bufs_[k].empty()) HandleLine(k == 0, bufs_[k]);  // a last line without its newline
+        bufs_[k].clear();
         fds[k].fd = -1;
         continue;
       }
