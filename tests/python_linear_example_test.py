@@ -125,6 +125,24 @@ def test_a_failing_script_fails_the_launch_with_its_status_and_log(tmp_path, tag
     assert "--steps must be positive" in r.stderr  # the end of its log
 
 
+def test_a_script_that_raises_ends_the_job_and_shows_its_traceback(tmp_path, tag):
+    """The exception reaches the chief through done(error); the launch shows the traceback."""
+    script = ("import pstrain\n"
+              "with pstrain.Client.connect() as client:\n"
+              "    client.create_variable('w', (3,))\n"
+              "    if client.task == 1:\n"
+              "        raise ValueError('bad data in shard 1')\n"
+              "    client.barrier('end')\n")
+    argv = [BINARY, "launch", "--ps", "1", "--workers", "2", "--log_dir", str(tmp_path), "--",
+            PYTHON, "-c", script]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=environment(tag),
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stderr
+    assert "worker:1 failed: ValueError: bad data in shard 1" in r.stderr  # the chief's
+    assert "worker:1 exited with status 1 (log: %s/worker-1.log)" % tmp_path in r.stderr
+    assert "    ValueError: bad data in shard 1\n" in r.stderr  # the end of its log
+
+
 def free_ports(n):
     socks = [socket.socket() for _ in range(n)]
     for s in socks:

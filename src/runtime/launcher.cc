@@ -44,6 +44,7 @@ struct Child {
   std::string log;       // its log file, or ""
   bool exited = false;
   int status = 0;
+  bool stopped = false;  // signalled by the launcher while it ran
 };
 
 std::string Describe(const Child& c) {
@@ -204,21 +205,36 @@ class Cluster {
       } else if (failure_) {
         code = *failure_;
       } else if (chief.status != 0) {
+        // The job failed; the chief said why. Each command that failed by itself shows the end of
+        // its log too, for the error the script printed.
         EndProgress();
         if (!WIFEXITED(chief.status)) Error(Describe(chief));
-        code = WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 1;
+        StopAll(absl::Seconds(5));
+        for (size_t i : exit_order_) {
+          const Child& c = children_[i];
+          if (c.command && Failed(c) && !c.stopped) Report(c, false);
+        }
+        return WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 1;
       } else if (!CommandsExited()) {
         continue;
       } else {
         EndProgress();
-        for (const Child& c : children_) {
-          if (c.command && Failed(c) && !failure_) Fail(c, false);
+        if (const Child* c = FirstFailedCommand(); c != nullptr) {
+          Report(*c, false);
+          code = CodeOf(*c);
         }
-        code = failure_.value_or(0);
       }
       StopAll(absl::Seconds(5));
       return code;
     }
+  }
+
+  // The command that failed first (the others often fail because the job ended), or null.
+  const Child* FirstFailedCommand() const {
+    for (size_t i : exit_order_) {
+      if (children_[i].command && Failed(children_[i])) return &children_[i];
+    }
+    return nullptr;
   }
 
   bool CommandsExited() const {
@@ -259,7 +275,8 @@ class Cluster {
   // chief that has not ended it kTaskFailureGrace after every worker command exited 0.
   void CheckTasks() {
     if (const Child* failed = FailedTask(); failed != nullptr) {
-      Fail(*failed, true);
+      Report(*failed, true);
+      failure_ = CodeOf(*failed);
       StopChief();
       return;
     }
@@ -282,8 +299,9 @@ class Cluster {
   // exited with an error has said why, and the chief (which ends the job and tells the others)
   // gets kTaskFailureGrace to give the job's own error first.
   const Child* FailedTask() {
-    for (const Child& c : children_) {
-      if (&c == &children_.front() || !Failed(c)) continue;
+    for (size_t i : exit_order_) {
+      const Child& c = children_[i];
+      if (i == 0 || !Failed(c)) continue;
       if (c.command || WIFSIGNALED(c.status)) return &c;
       if (first_failure_ == absl::InfiniteFuture()) first_failure_ = absl::Now();
       if (absl::Now() - first_failure_ > kTaskFailureGrace) return &c;
@@ -291,9 +309,8 @@ class Cluster {
     return nullptr;
   }
 
-  // Says that `c` failed, with the end of its log, and makes it the launch's outcome: a worker
-  // command's own status (128 + a signal's number), else 1.
-  void Fail(const Child& c, bool stopping) {
+  // Says that `c` failed, with the end of its log.
+  void Report(const Child& c, bool stopping) {
     EndProgress();
     std::string message = Describe(c);
     if (!c.log.empty()) absl::StrAppend(&message, " (log: ", c.log, ")");
@@ -306,11 +323,13 @@ class Cluster {
       for (const std::string& line : tail) std::fprintf(stderr, "    %s\n", line.c_str());
     }
     std::fflush(stderr);
-    if (!c.command) {
-      failure_ = 1;
-    } else {
-      failure_ = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
-    }
+  }
+
+  // The launch's exit code when failed task `c` decides it: a worker command's own status (128 +
+  // a signal's number), else 1.
+  static int CodeOf(const Child& c) {
+    if (!c.command) return 1;
+    return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
   }
 
   // Asks the chief to end the job, and gives it kChiefStopGrace.
@@ -355,8 +374,11 @@ class Cluster {
   void Reap() {
     int status = 0;
     for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
-      for (Child& c : children_) {
-        if (c.pid == pid) c.exited = true, c.status = status;
+      for (size_t i = 0; i < children_.size(); ++i) {
+        if (children_[i].pid != pid) continue;
+        children_[i].exited = true;
+        children_[i].status = status;
+        exit_order_.push_back(i);
       }
     }
   }
@@ -380,8 +402,10 @@ class Cluster {
       }
     };
     auto signal_all = [this](int sig) {
-      for (const Child& c : children_) {
-        if (!Ended(c)) kill(-c.pid, sig);
+      for (Child& c : children_) {
+        if (Ended(c)) continue;
+        kill(-c.pid, sig);
+        c.stopped = c.stopped || !c.exited;
       }
     };
     wait_all(grace, true);
@@ -397,10 +421,11 @@ class Cluster {
   ClusterSpec spec_;          // the addresses of every task
   std::string command_path_;  // the file the worker command runs
   std::optional<TaskLogs> logs_;
-  int chief_log_ = -1;           // the chief's log file, written by the launcher
-  std::vector<Child> children_;  // the chief first
-  std::string bufs_[2];          // the chief's stdout and stderr, not yet a whole line
-  std::optional<int> failure_;   // the exit code, once a failed task decided it
+  int chief_log_ = -1;              // the chief's log file, written by the launcher
+  std::vector<Child> children_;     // the chief first
+  std::vector<size_t> exit_order_;  // indices into children_, in the order they exited
+  std::string bufs_[2];             // the chief's stdout and stderr, not yet a whole line
+  std::optional<int> failure_;      // the exit code, once a failed task decided it
   absl::Time stop_deadline_ = absl::InfiniteFuture();   // when to stop waiting for the chief
   absl::Time first_failure_ = absl::InfiniteFuture();   // when a task first exited with an error
   absl::Time commands_ended_ = absl::InfiniteFuture();  // when every worker command had exited 0
