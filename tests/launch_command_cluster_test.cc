@@ -125,13 +125,15 @@ TEST_F(LaunchCommandTest, AFailingCommandEndsTheJobWithItsStatusAndLog) {
   EXPECT_THAT(r.err, Not(HasSubstr("worker:1 exited")));
 }
 
-// A worker command killed by a signal: 128 + its number, as a shell reports it.
+// A worker command killed by a signal: 128 + its number, as a shell reports it. Its log's end
+// shows a line redrawn with carriage returns (a progress bar) as a terminal would.
 TEST_F(LaunchCommandTest, ACommandKilledByASignalGives128PlusTheSignal) {
   const Result r =
-      Launch({"--ps", "1", "--workers", "1"}, {"/bin/sh", "-c", "echo dying >&2; kill -9 $$"}, 60);
+      Launch({"--ps", "1", "--workers", "1"},
+             {"/bin/sh", "-c", "printf 'step 1\\rstep 2\\n'; echo dying >&2; kill -9 $$"}, 60);
   EXPECT_EQ(r.exit_code, 128 + 9) << r.err;
   EXPECT_THAT(r.err, HasSubstr("worker:0 was killed by signal 9"));
-  EXPECT_THAT(r.err, HasSubstr("    dying\n"));
+  EXPECT_THAT(r.err, HasSubstr("the end of worker:0's log:\n    step 2\n    dying\n"));
 }
 
 // Commands that exit 0 without ending the job (no done()): the launch does not wait for the
