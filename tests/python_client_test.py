@@ -180,6 +180,10 @@ def test_unreachable_chief_times_out():
     assert isinstance(e.value, TimeoutError) and time.monotonic() - start < 10
     with pytest.raises(errors.InvalidArgumentError, match="timeout must be positive"):
         pstrain.Client.connect(chief="127.0.0.1:%d" % port, task=0, timeout=0)
+    with pytest.raises(errors.InvalidArgumentError, match="task must be an int"):
+        pstrain.Client.connect(chief="127.0.0.1:%d" % port, task="0", timeout=1.0)
+    with pytest.raises(errors.InvalidArgumentError, match="host:port"):
+        pstrain.Client.connect(chief=port, task=0, timeout=1.0)
     with pytest.raises(errors.InvalidArgumentError, match="task -1"):
         pstrain.Client.connect(chief="127.0.0.1:%d" % port, task=-1, timeout=1.0)
 
@@ -224,10 +228,10 @@ def test_table_round_trip(make_cluster):
     cluster, client = connected(make_cluster, num_ps=2, mode="sync")
     with pytest.raises(errors.FailedPreconditionError):
         client.lookup([[1]])
-    assert client.create_table("emb", 4, pstrain.init.Uniform(-1, 1, seed=5), SGD1) == 0
+    assert client.create_table("emb", 3, pstrain.init.Uniform(-1, 1, seed=5), SGD1) == 0
     keys = np.array([3, 2 ** 63 + 5, 17, 0], np.uint64)
     (rows,) = client.lookup([keys])
-    assert rows.shape == (4, 4) and rows.dtype == np.float32
+    assert rows.shape == (4, 3) and rows.dtype == np.float32
     assert client._last_lookup_addresses() == [address(rows)] and rows.base is client
     rows = rows.copy()
     # The same keys as Python ints and as int64 read the same rows.
@@ -235,7 +239,7 @@ def test_table_round_trip(make_cluster):
     np.testing.assert_array_equal(client.lookup([keys[[0, 2]].astype(np.int64)])[0],
                                   rows[[0, 2]])
     (empty,) = client.lookup([[]])
-    assert empty.shape == (0, 4)
+    assert empty.shape == (0, 3)
     for bad, message in (([1, -1], "negative key -1 at position 1"),
                          (np.array([1.5]), "dtype float64"), ([True], "holds True"),
                          ([2.0], "holds 2.0"), ([2 ** 64], "the key 18446744073709551616"),
@@ -248,12 +252,16 @@ def test_table_round_trip(make_cluster):
         client.lookup([keys, keys])  # keys of two tables, one created
 
     client.lookup([keys])
-    g = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
-    with pytest.raises(errors.InvalidArgumentError):
+    g = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    with pytest.raises(errors.InvalidArgumentError, match=r"shape \[3, 3\], not \[4, 3\]"):
         client.push_sparse([keys], [g[:3]])  # a row short
+    with pytest.raises(errors.InvalidArgumentError, match=r"shape \[3, 4\]"):
+        client.push_sparse([keys], [g.T])  # as many floats, in the wrong rows
+    with pytest.raises(errors.InvalidArgumentError):
+        client.push_sparse([keys], [g.ravel()[:11]])  # flat, a float short (the C++ check)
     with pytest.raises(errors.InvalidArgumentError, match="dtype int64"):
         client.push_sparse([keys], [g.astype(np.int64)])
-    client.push_sparse([keys], [g])
+    client.push_sparse([keys], [g.ravel()])  # flat rows are fine
     (after,) = client.lookup([keys])
     np.testing.assert_array_equal(bits(after), bits(rows - g))
     client.done()

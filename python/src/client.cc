@@ -62,6 +62,7 @@ class PyClient {
   int task() const { return task_; }
   py::list LastAddresses(bool rows) const;
   const std::vector<uintptr_t>& last_push() const { return last_push_; }
+  double TimeCppSteps(int steps);
 
  private:
   PyClient() : core_(std::make_shared<Core>()) {}
@@ -83,6 +84,7 @@ class PyClient {
   int task_ = 0;
   bool done_called_ = false;
   std::vector<std::string> variables_, tables_;  // names, for messages
+  std::vector<int> table_dims_;                  // of tables_
   std::vector<uintptr_t> last_push_;             // where the last push read each gradient
 };
 
@@ -108,8 +110,20 @@ std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::o
                                             double timeout) {
   ClientOptions o;
   if (chief.is_none() || task.is_none()) o = ValueOrThrow(ClientOptions::FromTfConfig());
-  if (!chief.is_none()) o.chief = chief.cast<std::string>();
-  if (!task.is_none()) o.task = task.cast<int>();
+  if (!chief.is_none()) {
+    if (!py::isinstance<py::str>(chief)) {
+      RaiseInvalidArgument("client options: chief must be \"host:port\", not " +
+                           std::string(py::repr(chief)));
+    }
+    o.chief = chief.cast<std::string>();
+  }
+  if (!task.is_none()) {
+    if (PyBool_Check(task.ptr()) || !PyIndex_Check(task.ptr())) {
+      RaiseInvalidArgument("client options: task must be an int, not " +
+                           std::string(py::repr(task)));
+    }
+    o.task = task.cast<int>();
+  }
   if (!(timeout > 0)) RaiseInvalidArgument("client options: timeout must be positive");
   o.timeout = absl::Seconds(timeout);
   std::unique_ptr<PyClient> c(new PyClient());
@@ -191,7 +205,10 @@ int PyClient::CreateTable(TableOptions t, const py::object& initializer,
       },
       py::none(),
       [&] {
-        if (*index == static_cast<int>(tables_.size())) tables_.push_back(t.name);
+        if (*index == static_cast<int>(tables_.size())) {
+          tables_.push_back(t.name);
+          table_dims_.push_back(t.dim);
+        }
       });
   return *index;
 }
@@ -221,7 +238,17 @@ void PyClient::PushSparse(const py::sequence& keys, const py::sequence& grads, i
   }
   std::vector<std::vector<float>> g;
   for (size_t i = 0; i < grads.size(); ++i) {
-    py::array a = AsFloat32(grads[i], "push_sparse: gradient of " + Name("table", tables_, i));
+    const std::string what = "push_sparse: gradient of " + Name("table", tables_, i);
+    py::array a = AsFloat32(grads[i], what);
+    // Rows in order: [len(keys), dim], or as many floats flat. Another shape of the same size
+    // (a transpose) would put values in the wrong rows.
+    if (i < table_dims_.size() && i < k.size() && a.ndim() != 1) {
+      const std::vector<int64_t> rows = {static_cast<int64_t>(k[i].size()), table_dims_[i]};
+      if (ShapeOf(a) != rows) {
+        RaiseInvalidArgument(absl::StrCat(what, " has shape ", ShapeString(ShapeOf(a)), ", not ",
+                                          ShapeString(rows), " (one row per key)"));
+      }
+    }
     const float* p = static_cast<const float*>(a.data());
     g.emplace_back(p, p + a.size());
   }
@@ -254,6 +281,26 @@ bool PyClient::Exit(const py::object& type, const py::object& value) {
     if (!e.matches(PyExc_Exception)) throw;
   }
   return false;
+}
+
+// For benchmarks: `steps` Pull + Push (of zeros) made from C++ on the client's thread, as a C++
+// training loop makes them; the seconds they took.
+double PyClient::TimeCppSteps(int steps) {
+  auto seconds = std::make_shared<double>(0);
+  Call([steps, seconds](Core& c) {
+    std::vector<std::vector<float>> zeros;
+    std::vector<TensorView> grads;
+    for (const std::vector<int64_t>& shape : c.shapes) zeros.emplace_back(NumElements(shape));
+    for (size_t i = 0; i < c.shapes.size(); ++i) grads.push_back({c.shapes[i], zeros[i].data()});
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < steps; ++i) {
+      if (absl::Status s = c.client->Pull(&c.values); !s.ok()) return s;
+      if (absl::Status s = c.client->Push(grads); !s.ok()) return s;
+    }
+    *seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    return absl::OkStatus();
+  });
+  return *seconds;
 }
 
 py::list PyClient::LastAddresses(bool rows) const {
@@ -360,6 +407,8 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
       .def("_last_pull_addresses", [](const PyClient& c) { return c.LastAddresses(false); })
       .def("_last_lookup_addresses", [](const PyClient& c) { return c.LastAddresses(true); })
       .def("_last_push_addresses", &PyClient::last_push)
+      .def("_time_cpp_steps", &PyClient::TimeCppSteps, py::arg("steps"),
+           "For benchmarks: seconds that `steps` pull + push of zeros take made from C++.")
       .def("__repr__", [](const PyClient& c) {
         return absl::StrCat("<pstrain.Client worker:", c.task(), " mode=", c.mode(),
                             " num_ps=", c.num_ps(), ">");
