@@ -11,12 +11,9 @@ threads, each its own task).
 - Bad input raises the pstrain exception and leaves the job able to end.
 """
 
-import contextlib
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import threading
 
 import numpy as np
@@ -27,8 +24,8 @@ from torch import nn
 
 import pstrain
 import pstrain.torch
+from python_cluster import cluster
 
-BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 DATA = os.path.join(SOURCE_DIR, "data", "mnist")
 
@@ -42,46 +39,6 @@ def load_example():
 
 
 mnist = load_example()
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-@contextlib.contextmanager
-def cluster(num_ps, num_workers, *chief_flags):
-    """PS and chief processes; yields the chief's address. On exit waits for them to end (the
-    workers must all have called done()) and kills whatever is left."""
-    assert BINARY and os.path.exists(BINARY), "PSTRAIN_BINARY=%r is not built" % BINARY
-    ports = free_ports(1 + num_ps + num_workers)
-    addr = ["127.0.0.1:%d" % p for p in ports]
-    spec = {"chief": addr[:1], "ps": addr[1:1 + num_ps], "worker": addr[1 + num_ps:]}
-
-    def start(job, index, argv):
-        env = dict(os.environ, TF_CONFIG=json.dumps(
-            {"cluster": spec, "task": {"type": job, "index": index}}))
-        return subprocess.Popen([BINARY, "server", "--connect_timeout", "60"] + argv, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-
-    procs = [start("ps", i, []) for i in range(num_ps)]
-    procs.append(start("chief", 0, ["--job", "chief", "--model", "external"] + list(chief_flags)))
-    try:
-        yield addr[0]
-        for p in procs:
-            out, err = p.communicate(timeout=60)
-            assert p.returncode == 0, "%s exited %d: %s" % (p.args, p.returncode, err[-2000:])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
 
 def run_workers(chief, num_workers, body):
@@ -137,8 +94,8 @@ def test_sync_two_workers_equal_one_torch_sgd_run_of_twice_the_batch():
         return initial, state(model), ps.global_step
 
     torch.set_num_threads(1)
-    with cluster(2, 2, "--mode", "sync") as chief:
-        (init0, final0, step0), (init1, final1, _) = run_workers(chief, 2, worker)
+    with cluster(2, 2, "--mode", "sync") as c:
+        (init0, final0, step0), (init1, final1, _) = run_workers(c.chief, 2, worker)
     assert step0 == steps
     assert_close(init1, init0, atol=0)
     assert_close(final1, final0, atol=0)
@@ -176,8 +133,8 @@ def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage():
         assert ps.global_step == 1
         return state(model), ps.names
 
-    with cluster(1, 1, "--mode", "async") as chief:
-        [(values, names)] = run_workers(chief, 1, worker)
+    with cluster(1, 1, "--mode", "async") as c:
+        [(values, names)] = run_workers(c.chief, 1, worker)
     assert names == [n for n, _ in mnist.Net().named_parameters()]
     fan_in = {"conv1": 25, "conv2": 16 * 25, "fc1": 512, "fc2": 128}
     for name, v in values.items():
@@ -220,8 +177,8 @@ def test_embedding_matches_torch_sparse_embedding_with_sgd_and_adagrad():
         with torch.no_grad():
             return initial, (a(all_ids).clone(), b(all_ids).clone())
 
-    with cluster(2, 1, "--mode", "async") as chief:
-        [(initial, final)] = run_workers(chief, 1, worker)
+    with cluster(2, 1, "--mode", "async") as c:
+        [(initial, final)] = run_workers(c.chief, 1, worker)
 
     ref_a = nn.Embedding(n, dim, sparse=True)
     ref_b = nn.Embedding(n, dim, sparse=True)
@@ -263,8 +220,8 @@ def test_bad_input_raises_the_pstrain_exception():
         ps.push()  # still usable after the refusals
         return True
 
-    with cluster(1, 1, "--mode", "async") as chief:
-        assert run_workers(chief, 1, worker) == [True]
+    with cluster(1, 1, "--mode", "async") as c:
+        assert run_workers(c.chief, 1, worker) == [True]
 
 
 def _float64_module():

@@ -94,20 +94,22 @@ def accuracy(model, x, y):
 
 
 def train(args, model, step_fn, task, num_tasks):
-    """Runs the epochs; step_fn(x, y) does one step and returns the loss. (steps, examples)."""
+    """Runs the epochs; step_fn(x, y) does one step and returns the loss. (steps, examples,
+    seconds of the steps)."""
     x, y = load_split(args.data, "train")
     steps = examples = 0
+    start = time.monotonic()
     for epoch in range(args.epochs):
         for idx in shard_batches(len(y), args.batch, epoch, args.seed, task, num_tasks):
             if args.max_steps and steps >= args.max_steps:
-                return steps, examples
+                return steps, examples, time.monotonic() - start
             loss = step_fn(x[idx], y[idx])
             steps += 1
             examples += len(idx)
             if args.log_every and steps % args.log_every == 0:
                 print("task %d epoch %d step %d loss %.4f" % (task, epoch + 1, steps, loss),
                       file=sys.stderr, flush=True)
-    return steps, examples
+    return steps, examples, time.monotonic() - start
 
 
 def run_local(args, model):
@@ -143,10 +145,10 @@ def run_distributed(args, model):
             ps_model.push(examples=len(yb), loss=value)
             return value
 
-        steps, examples = train(args, model, step, client.task, num_workers)
+        steps, examples, seconds = train(args, model, step, client.task, num_workers)
         client.barrier("mnist_torch/trained")
         ps_model.pull()  # the final parameters, the same on every worker after the barrier
-        return steps, examples, client.task, client.mode, client.global_step
+        return steps, examples, seconds, client.task, client.mode, client.global_step
 
 
 def main(argv=None):
@@ -166,19 +168,17 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     model = Net()
-    start = time.monotonic()
     if args.local:
-        steps, examples = run_local(args, model)
+        steps, examples, seconds = run_local(args, model)
         task, mode, global_step = 0, "local", steps
     else:
-        steps, examples, task, mode, global_step = run_distributed(args, model)
-    seconds = time.monotonic() - start
+        steps, examples, seconds, task, mode, global_step = run_distributed(args, model)
     if task != 0:
         return 0
     x, y = load_split(args.data, "t10k")
     print(json.dumps({"test_accuracy": round(accuracy(model, x, y), 4), "mode": mode,
                       "steps": steps, "examples": examples, "global_step": global_step,
-                      "seconds": round(seconds, 2),
+                      "train_seconds": round(seconds, 2),
                       "examples_per_sec": round(examples / max(seconds, 1e-9), 1)}), flush=True)
     return 0
 

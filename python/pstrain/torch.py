@@ -144,14 +144,16 @@ class DistributedModule:
         return grads
 
     def _push_sparse(self, examples, loss):
-        keys = [np.empty(0, dtype=np.uint64) for _ in range(_num_tables(self.client))]
-        grads = [np.empty((0, 1), dtype=np.float32) for _ in keys]
+        dims = _table_dims(self.client)
+        keys = [[] for _ in dims]
+        grads = [[] for _ in dims]
         for emb in self._embeddings:
             k, g = emb._take_gradients()
-            keys[emb.index], grads[emb.index] = k, g
-        for t, k in enumerate(keys):
-            if k.size == 0:
-                grads[t] = np.empty((0, _table_dims(self.client)[t]), dtype=np.float32)
+            keys[emb.index].append(k)
+            grads[emb.index].append(g)
+        keys = [np.concatenate(k) if k else np.empty(0, dtype=np.uint64) for k in keys]
+        grads = [np.concatenate(g) if g else np.empty((0, d), dtype=np.float32)
+                 for g, d in zip(grads, dims)]
         self.client.push_sparse(keys, grads, examples=examples, loss=loss)
 
 
@@ -219,8 +221,9 @@ def distribute(module, client, optimizer=None, initializer=None, partitioner="")
     return DistributedModule(module, client, params, names, embeddings)
 
 
-# The tables each client created through Embedding, in creation order: (name, dim). Lookup and
-# push_sparse take one key list per table of the client.
+# The tables each client created through Embedding, in creation order: (name, dim), by id of
+# the client. Lookup and push_sparse take one key list per table of the client. A client's first
+# table starts its list afresh, so a new client that reuses a freed one's id starts empty.
 _client_tables = {}
 
 
@@ -250,7 +253,8 @@ class Embedding(nn.Module):
     whose output got no gradient sends zero rows). Under torch.no_grad() nothing is kept.
 
     Ids must be >= 0 (and < num_embeddings when it is given); InvalidArgumentError otherwise.
-    The client's tables must all be made through Embedding (their order is that of creation).
+    The client's tables must all be made through Embedding (their order is that of creation);
+    several Embeddings may share one table (same name and options).
     """
 
     def __init__(self, client, name, dim, num_embeddings=None, *, optimizer=None,
@@ -263,12 +267,15 @@ class Embedding(nn.Module):
             kwargs["initializer"] = initializer
         self.index = client.create_table(name, dim=dim, **kwargs)
         tables = _tables(client)
-        if self.index != len(tables):
+        if self.index == 0 and tables and tables[0][0] != name:
+            tables.clear()  # a new client at a freed one's id
+        if self.index == len(tables):
+            tables.append((name, dim))
+        elif self.index > len(tables) or tables[self.index][0] != name:
             raise InvalidArgumentError(
                 "table %r became table %d of the client, but %d were made through Embedding: "
                 "make every table of the client with pstrain.torch.Embedding"
                 % (name, self.index, len(tables)))
-        tables.append((name, dim))
         self.client = client
         self.name = name
         self.dim = dim
