@@ -12,7 +12,6 @@ threads, each its own task).
 """
 
 import importlib.util
-import json
 import os
 import threading
 

@@ -7,7 +7,8 @@ Run it as every worker of a local cluster (the chief in `--model external` mode)
 Each worker reads the IDX files (`--data`, default: the repository's data/mnist), takes every
 num_workers-th batch of each epoch's shuffled order (the same order on every worker, so the
 shards are disjoint), and per step pulls the parameters, runs forward and backward in PyTorch and
-pushes the gradients; the PS apply the optimizer (`--optimizer adam|sgd`, `--lr`). At the end
+pushes the gradients; the PS apply the optimizer (`--optimizer adam|sgd`, `--lr`, decayed along
+a cosine over the job's updates unless `--schedule constant`). At the end
 the workers meet at a barrier and worker 0 evaluates the final parameters on the 10k test images
 and prints one JSON line with `test_accuracy`.
 
@@ -93,10 +94,10 @@ def accuracy(model, x, y):
     return correct / len(y)
 
 
-def train(args, model, step_fn, task, num_tasks):
-    """Runs the epochs; step_fn(x, y) does one step and returns the loss. (steps, examples,
-    seconds of the steps)."""
-    x, y = load_split(args.data, "train")
+def train(args, data, model, step_fn, task, num_tasks):
+    """Runs the epochs over data = (x, y); step_fn(x, y) does one step and returns the loss.
+    (steps, examples, seconds of the steps)."""
+    x, y = data
     steps = examples = 0
     start = time.monotonic()
     for epoch in range(args.epochs):
@@ -112,29 +113,48 @@ def train(args, model, step_fn, task, num_tasks):
     return steps, examples, time.monotonic() - start
 
 
-def run_local(args, model):
+def total_updates(args, n, num_tasks):
+    """The updates of every variable over the job (the pushes of all tasks, as shard_batches
+    deals n examples): the cosine schedule's length."""
+    total = 0
+    for task in range(num_tasks):
+        steps = args.epochs * len(range(task * args.batch, n - args.batch + 1,
+                                        num_tasks * args.batch))
+        total += min(steps, args.max_steps) if args.max_steps else steps
+    return max(total, 1)
+
+
+def run_local(args, data, model):
     opt = (torch.optim.Adam(model.parameters(), lr=args.lr) if args.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=args.lr))
+    sched = None
+    if args.schedule == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt,
+                                                           total_updates(args, len(data[1]), 1))
 
     def step(xb, yb):
         opt.zero_grad()
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         return loss.item()
 
-    return train(args, model, step, 0, 1)
+    return train(args, data, model, step, 0, 1)
 
 
-def run_distributed(args, model):
+def run_distributed(args, data, model):
     import pstrain
     import pstrain.torch
 
     with pstrain.Client.connect() as client:
-        opt = (pstrain.optim.Adam(lr=args.lr) if args.optimizer == "adam"
-               else pstrain.optim.SGD(lr=args.lr))
-        ps_model = pstrain.torch.distribute(model, client, optimizer=opt)
         num_workers = pstrain.cluster_from_tf_config().num_tasks("worker")
+        schedule = (pstrain.optim.CosineLR(total_updates(args, len(data[1]), num_workers))
+                    if args.schedule == "cosine" else None)
+        opt = (pstrain.optim.Adam(lr=args.lr, schedule=schedule) if args.optimizer == "adam"
+               else pstrain.optim.SGD(lr=args.lr, schedule=schedule))
+        ps_model = pstrain.torch.distribute(model, client, optimizer=opt)
 
         def step(xb, yb):
             ps_model.pull()
@@ -145,7 +165,7 @@ def run_distributed(args, model):
             ps_model.push(examples=len(yb), loss=value)
             return value
 
-        steps, examples, seconds = train(args, model, step, client.task, num_workers)
+        steps, examples, seconds = train(args, data, model, step, client.task, num_workers)
         client.barrier("mnist_torch/trained")
         ps_model.pull()  # the final parameters, the same on every worker after the barrier
         return steps, examples, seconds, client.task, client.mode, client.global_step
@@ -158,6 +178,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    p.add_argument("--schedule", choices=("cosine", "constant"), default="cosine",
+                   help="lr decayed to 0 along a cosine over the job's updates, or constant")
     p.add_argument("--seed", type=int, default=1, help="model init (--local) and data order")
     p.add_argument("--max_steps", type=int, default=0, help="stop after this many steps (0: all)")
     p.add_argument("--log_every", type=int, default=0, help="print the loss every N steps")
@@ -168,11 +190,12 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     model = Net()
+    data = load_split(args.data, "train")
     if args.local:
-        steps, examples, seconds = run_local(args, model)
+        steps, examples, seconds = run_local(args, data, model)
         task, mode, global_step = 0, "local", steps
     else:
-        steps, examples, seconds, task, mode, global_step = run_distributed(args, model)
+        steps, examples, seconds, task, mode, global_step = run_distributed(args, data, model)
     if task != 0:
         return 0
     x, y = load_split(args.data, "t10k")

@@ -72,9 +72,12 @@ def _choose_initializer(initializer, module, param_name, shape, qualified_name):
         if qualified_name in initializer:
             return initializer[qualified_name]
         return default_initializer(module, param_name, shape, qualified_name)
-    if callable(initializer) and not hasattr(initializer, "kind"):
+    if isinstance(initializer, _init.Initializer):
+        return initializer
+    if callable(initializer):
         return initializer(qualified_name, shape)
-    return initializer
+    raise InvalidArgumentError("distribute(): initializer must be a pstrain.init object, a dict "
+                               "or a callable, not %r" % (initializer,))
 
 
 class DistributedModule:
