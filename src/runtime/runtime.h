@@ -45,6 +45,9 @@ struct ServerOptions {
   int task = 0;
   JobConfig job_config;  // used by the chief
   double connect_timeout_s = 60;
+  // The chief stops the job on SIGINT and SIGTERM (signals.h) while it runs. A chief inside a
+  // process that handles its own signals (the Python module) turns this off.
+  bool stop_on_signals = true;
 };
 
 // Runs this process's role until the job ends. The chief prints progress to stderr and the

@@ -1,6 +1,7 @@
 // RunServer: one process of the cluster, in the role its task names.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -142,7 +143,8 @@ absl::Status RunChief(const ServerOptions& o, const std::string& address) {
   mo.worker_addresses = o.cluster.Tasks("worker");
   mo.job = o.job_config;
   mo.job.register_timeout = absl::Seconds(o.connect_timeout_s);
-  StopOnSignals stop_on_signals;
+  std::optional<StopOnSignals> stop_on_signals;
+  if (o.stop_on_signals) stop_on_signals.emplace();
   absl::StatusOr<JobResult> result = RunJob(mo);
   if (!result.ok()) return result.status();
   std::printf("%s\n", result->ToJson().c_str());
