@@ -1,0 +1,88 @@
+#include "arrays.h"
+
+#include "absl/strings/str_cat.h"
+#include "errors.h"
+
+namespace py = pybind11;
+
+namespace pstrain::python {
+namespace {
+
+using Float32 = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using Keys = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+
+// numpy.asarray(obj), or InvalidArgumentError naming `what` and numpy's complaint.
+py::array AsArray(py::handle obj, const std::string& what) {
+  try {
+    return py::module_::import("numpy").attr("asarray")(obj);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_Exception)) throw;
+    RaiseInvalidArgument(absl::StrCat(what, ": a ",
+                                      std::string(py::str(obj.get_type().attr("__name__"))),
+                                      " is not an array: ", e.what()));
+  }
+}
+
+std::string DtypeName(const py::array& a) { return py::str(a.dtype()); }
+
+}  // namespace
+
+std::vector<int64_t> ShapeOf(const py::array& a) {
+  return std::vector<int64_t>(a.shape(), a.shape() + a.ndim());
+}
+
+py::array AsFloat32(py::handle obj, const std::string& what) {
+  py::array a =
+      py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj) : AsArray(obj, what);
+  if (a.dtype().kind() != 'f') {
+    RaiseInvalidArgument(absl::StrCat(what, " has dtype ", DtypeName(a),
+                                      ": pstrain takes float32 (float16 and float64 are "
+                                      "converted; integer, bool, complex and other dtypes are "
+                                      "refused)"));
+  }
+  constexpr int kDirect =
+      py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  if (a.dtype().is(py::dtype::of<float>()) && (a.flags() & kDirect) == kDirect) return a;
+  return Float32::ensure(a);  // a float32 copy
+}
+
+std::vector<uint64_t> AsKeys(py::handle obj, const std::string& what) {
+  py::array a =
+      py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj) : AsArray(obj, what);
+  if (a.ndim() != 1) {
+    RaiseInvalidArgument(
+        absl::StrCat(what, " has ", a.ndim(), " dimensions: keys are a 1-D array"));
+  }
+  std::vector<uint64_t> keys(a.size());
+  if (a.size() == 0) return keys;  // [] is float64 to numpy; no keys is fine whatever the dtype
+  const char kind = a.dtype().kind();
+  if (kind != 'u' && kind != 'i') {
+    RaiseInvalidArgument(absl::StrCat(what, " has dtype ", DtypeName(a),
+                                      ": keys are unsigned integers (uint64, or non-negative "
+                                      "int64 or Python ints)"));
+  }
+  if (kind == 'i') {
+    const py::array_t<int64_t, py::array::c_style | py::array::forcecast> s =
+        py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    const int64_t* p = s.data();
+    for (py::ssize_t j = 0; j < s.size(); ++j) {
+      if (p[j] < 0) {
+        RaiseInvalidArgument(absl::StrCat(what, " has the negative key ", p[j], " at position ", j,
+                                          ": keys are in [0, 2^64)"));
+      }
+      keys[j] = static_cast<uint64_t>(p[j]);
+    }
+    return keys;
+  }
+  const Keys u = Keys::ensure(a);
+  std::copy(u.data(), u.data() + u.size(), keys.begin());
+  return keys;
+}
+
+py::array View(const float* data, const std::vector<int64_t>& shape, py::handle base) {
+  std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+  if (data == nullptr) return py::array_t<float>(dims);  // no values to view
+  return py::array_t<float>(dims, data, base);
+}
+
+}  // namespace pstrain::python

@@ -1,0 +1,326 @@
+// pstrain.Client: the C++ Client (client/client.h) for Python. Every call runs on the client's
+// CallThread, so the GIL is released while it waits and Ctrl-C interrupts it.
+#include "client/client.h"
+
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "arrays.h"
+#include "bindings.h"
+#include "call_thread.h"
+#include "errors.h"
+#include "options.h"
+
+namespace py = pybind11;
+
+namespace pstrain::python {
+namespace {
+
+// What the calls on the client's thread share with the Python side. Written by calls, read by
+// the Python side only while no call runs (in CallThread::Run's `after`), or atomically.
+struct Core {
+  std::unique_ptr<Client> client;
+  std::vector<const float*> values;          // of the last Pull
+  std::vector<std::vector<int64_t>> shapes;  // of the variables, by index
+  std::vector<const float*> rows;            // of the last Lookup
+  std::vector<int> dims;                     // of the tables, by index
+  std::atomic<int64_t> global_step{0};
+  std::atomic<int64_t> pushes{0};
+};
+
+class PyClient {
+ public:
+  static std::unique_ptr<PyClient> Connect(const py::object& chief, const py::object& task,
+                                           double timeout);
+
+  int CreateVariable(const std::string& name, const std::vector<int64_t>& shape,
+                     const py::object& initializer, const py::object& optimizer,
+                     const std::string& partitioner);
+  py::list Pull(const py::object& self);
+  void Push(const py::sequence& grads, int64_t examples, std::optional<double> loss);
+  int CreateTable(TableOptions t, const py::object& initializer, const py::object& optimizer);
+  py::list Lookup(const py::object& self, const py::sequence& keys);
+  void PushSparse(const py::sequence& keys, const py::sequence& grads, int64_t examples,
+                  std::optional<double> loss);
+  void Barrier(const std::string& name) {
+    Call([name](Core& c) { return c.client->Barrier(name); });
+  }
+  void Done(const std::optional<std::string>& error);
+  bool Exit(const py::object& type, const py::object& value);
+
+  int64_t global_step() const { return core_->global_step; }
+  int64_t pushes() const { return core_->pushes; }
+  const std::string& mode() const { return mode_; }
+  int num_ps() const { return num_ps_; }
+  int task() const { return task_; }
+  py::list LastAddresses(bool rows) const;
+
+ private:
+  PyClient() : core_(std::make_shared<Core>()) {}
+  // Runs `call` on the client's thread and raises its error; `after` runs with the GIL once it
+  // succeeded, before another call may start.
+  void Call(
+      std::function<absl::Status(Core&)> call, py::object keep_alive = py::none(),
+      const std::function<void()>& after = [] {});
+  // "gradient 1 (variable \"b\")" for messages.
+  std::string Name(const char* what, const std::vector<std::string>& names, size_t i) const {
+    return i < names.size() ? absl::StrCat(what, " ", i, " (\"", names[i], "\")")
+                            : absl::StrCat(what, " ", i);
+  }
+
+  const std::shared_ptr<Core> core_;
+  CallThread thread_;  // after core_: destroyed first
+  std::string mode_;
+  int num_ps_ = 0;
+  int task_ = 0;
+  bool done_called_ = false;
+  std::vector<std::string> variables_, tables_;  // names, for messages
+};
+
+void PyClient::Call(std::function<absl::Status(Core&)> call, py::object keep_alive,
+                    const std::function<void()>& after) {
+  auto status = std::make_shared<absl::Status>(absl::InternalError("the call did not run"));
+  thread_.Run(
+      [core = core_, status, call = std::move(call)] {
+        *status = call(*core);
+        if (core->client != nullptr) {
+          core->global_step = core->client->global_step();
+          core->pushes = core->client->pushes();
+        }
+      },
+      std::move(keep_alive),
+      [&] {
+        if (status->ok()) after();
+      });
+  ThrowIfError(*status);
+}
+
+std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::object& task,
+                                            double timeout) {
+  ClientOptions o;
+  if (chief.is_none() || task.is_none()) o = ValueOrThrow(ClientOptions::FromTfConfig());
+  if (!chief.is_none()) o.chief = chief.cast<std::string>();
+  if (!task.is_none()) o.task = task.cast<int>();
+  if (!(timeout > 0)) RaiseInvalidArgument("client options: timeout must be positive");
+  o.timeout = absl::Seconds(timeout);
+  std::unique_ptr<PyClient> c(new PyClient());
+  c->Call([o](Core& core) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
+    if (!client.ok()) return client.status();
+    core.client = *std::move(client);
+    return absl::OkStatus();
+  });
+  c->mode_ = c->core_->client->mode();
+  c->num_ps_ = c->core_->client->num_ps();
+  c->task_ = o.task;
+  return c;
+}
+
+int PyClient::CreateVariable(const std::string& name, const std::vector<int64_t>& shape,
+                             const py::object& initializer, const py::object& optimizer,
+                             const std::string& partitioner) {
+  VariableOptions v{.name = name,
+                    .shape = shape,
+                    .initializer = ToInitializer(initializer),
+                    .optimizer = ToOptimizer(optimizer),
+                    .partitioner = partitioner};
+  auto index = std::make_shared<int>(-1);
+  Call(
+      [v, index](Core& c) {
+        absl::StatusOr<int> i = c.client->CreateVariable(v);
+        if (!i.ok()) return i.status();
+        *index = *i;
+        if (*i == static_cast<int>(c.shapes.size())) c.shapes.push_back(v.shape);
+        return absl::OkStatus();
+      },
+      py::none(),
+      [&] {
+        if (*index == static_cast<int>(variables_.size())) variables_.push_back(name);
+      });
+  return *index;
+}
+
+py::list PyClient::Pull(const py::object& self) {
+  py::list out;
+  Call([](Core& c) { return c.client->Pull(&c.values); }, py::none(),
+       [&] {
+         for (size_t i = 0; i < core_->values.size(); ++i) {
+           out.append(View(core_->values[i], core_->shapes[i], self));
+         }
+       });
+  return out;
+}
+
+void PyClient::Push(const py::sequence& grads, int64_t examples, std::optional<double> loss) {
+  py::list keep;  // the arrays the views point into, until the push has read them
+  std::vector<TensorView> views;
+  views.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    py::array a = AsFloat32(grads[i], "push: " + Name("gradient", variables_, i));
+    views.push_back({ShapeOf(a), static_cast<const float*>(a.data())});
+    keep.append(a);
+  }
+  Call([views = std::move(views), examples,
+        loss](Core& c) { return c.client->Push(views, examples, loss); },
+       keep);
+}
+
+int PyClient::CreateTable(TableOptions t, const py::object& initializer,
+                          const py::object& optimizer) {
+  t.initializer = ToInitializer(initializer);
+  t.optimizer = ToOptimizer(optimizer);
+  auto index = std::make_shared<int>(-1);
+  Call(
+      [t, index](Core& c) {
+        absl::StatusOr<int> i = c.client->CreateTable(t);
+        if (!i.ok()) return i.status();
+        *index = *i;
+        if (*i == static_cast<int>(c.dims.size())) c.dims.push_back(t.dim);
+        return absl::OkStatus();
+      },
+      py::none(),
+      [&] {
+        if (*index == static_cast<int>(tables_.size())) tables_.push_back(t.name);
+      });
+  return *index;
+}
+
+py::list PyClient::Lookup(const py::object& self, const py::sequence& keys) {
+  std::vector<std::vector<uint64_t>> k;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    k.push_back(AsKeys(keys[i], "lookup: keys of " + Name("table", tables_, i)));
+  }
+  std::vector<int64_t> sizes;
+  for (const std::vector<uint64_t>& ki : k) sizes.push_back(static_cast<int64_t>(ki.size()));
+  py::list out;
+  Call([k = std::move(k)](Core& c) { return c.client->Lookup(k, &c.rows); }, py::none(),
+       [&] {
+         for (size_t i = 0; i < core_->rows.size(); ++i) {
+           out.append(View(core_->rows[i], {sizes[i], core_->dims[i]}, self));
+         }
+       });
+  return out;
+}
+
+void PyClient::PushSparse(const py::sequence& keys, const py::sequence& grads, int64_t examples,
+                          std::optional<double> loss) {
+  std::vector<std::vector<uint64_t>> k;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    k.push_back(AsKeys(keys[i], "push_sparse: keys of " + Name("table", tables_, i)));
+  }
+  std::vector<std::vector<float>> g;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    py::array a = AsFloat32(grads[i], "push_sparse: gradient of " + Name("table", tables_, i));
+    const float* p = static_cast<const float*>(a.data());
+    g.emplace_back(p, p + a.size());
+  }
+  Call([k = std::move(k), g = std::move(g), examples, loss](Core& c) {
+    return c.client->PushSparse(k, g, examples, loss);
+  });
+}
+
+void PyClient::Done(const std::optional<std::string>& error) {
+  done_called_ = true;
+  const absl::Status outcome = error ? absl::UnknownError(*error) : absl::OkStatus();
+  Call([outcome](Core& c) { return c.client->Done(outcome); });
+}
+
+bool PyClient::Exit(const py::object& type, const py::object& value) {
+  if (done_called_) return false;
+  if (type.is_none()) {
+    Done(std::nullopt);
+    return false;
+  }
+  // An interrupted call still running would hold Done back until its deadline: leave the chief
+  // to declare this worker lost instead.
+  if (thread_.busy()) return false;
+  const std::string what =
+      absl::StrCat(std::string(py::str(type.attr("__name__"))), ": ", std::string(py::str(value)));
+  try {
+    Done(what);
+  } catch (const py::error_already_set& e) {
+    // The exception leaving the block is the one to see; a failed report must not mask it.
+    if (!e.matches(PyExc_Exception)) throw;
+  }
+  return false;
+}
+
+py::list PyClient::LastAddresses(bool rows) const {
+  py::list out;
+  for (const float* p : rows ? core_->rows : core_->values) {
+    out.append(reinterpret_cast<uintptr_t>(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  py::class_<PyClient>(m, "Client")
+      .def_static("connect", &PyClient::Connect, py::arg("chief") = py::none(),
+                  py::arg("task") = py::none(), py::arg("timeout") = 60.0)
+      .def("create_variable", &PyClient::CreateVariable, py::arg("name"), py::arg("shape"),
+           py::arg("initializer") = py::none(), py::arg("optimizer") = py::none(),
+           py::arg("partitioner") = "")
+      .def("pull", [](py::object self) { return self.cast<PyClient&>().Pull(self); })
+      .def("push", &PyClient::Push, py::arg("grads"), py::arg("examples") = 0,
+           py::arg("loss") = py::none())
+      .def(
+          "create_table",
+          [](PyClient& c, const std::string& name, int dim, const py::object& initializer,
+             const py::object& optimizer, int admit_after, bool unadmitted_zeros,
+             int64_t evict_after_steps, int64_t max_rows_per_ps, int64_t max_bytes_per_ps) {
+            return c.CreateTable({.name = name,
+                                  .dim = dim,
+                                  .admit_after = admit_after,
+                                  .unadmitted_zeros = unadmitted_zeros,
+                                  .evict_after_steps = evict_after_steps,
+                                  .max_rows_per_ps = max_rows_per_ps,
+                                  .max_bytes_per_ps = max_bytes_per_ps},
+                                 initializer, optimizer);
+          },
+          py::arg("name"), py::arg("dim"), py::arg("initializer") = py::none(),
+          py::arg("optimizer") = py::none(), py::arg("admit_after") = 0,
+          py::arg("unadmitted_zeros") = false, py::arg("evict_after_steps") = 0,
+          py::arg("max_rows_per_ps") = 0, py::arg("max_bytes_per_ps") = 0)
+      .def(
+          "lookup",
+          [](py::object self, const py::sequence& keys) {
+            return self.cast<PyClient&>().Lookup(self, keys);
+          },
+          py::arg("keys"))
+      .def("push_sparse", &PyClient::PushSparse, py::arg("keys"), py::arg("grads"),
+           py::arg("examples") = 0, py::arg("loss") = py::none())
+      .def("barrier", &PyClient::Barrier, py::arg("name"))
+      .def(
+          "done",
+          [](PyClient& c, const py::object& error) {
+            c.Done(error.is_none()
+                       ? std::nullopt
+                       : std::optional<std::string>(py::str(error).cast<std::string>()));
+          },
+          py::arg("error") = py::none())
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& c, const py::object& type, const py::object& value,
+                          const py::object&) { return c.Exit(type, value); })
+      .def_property_readonly("global_step", &PyClient::global_step)
+      .def_property_readonly("pushes", &PyClient::pushes)
+      .def_property_readonly("mode", &PyClient::mode)
+      .def_property_readonly("num_ps", &PyClient::num_ps)
+      .def_property_readonly("task", &PyClient::task)
+      .def("_last_pull_addresses", [](const PyClient& c) { return c.LastAddresses(false); })
+      .def("_last_lookup_addresses", [](const PyClient& c) { return c.LastAddresses(true); })
+      .def("__repr__", [](const PyClient& c) {
+        return absl::StrCat("<pstrain.Client worker:", c.task(), " mode=", c.mode(),
+                            " num_ps=", c.num_ps(), ">");
+      });
+}
+
+}  // namespace pstrain::python
