@@ -14,6 +14,7 @@ Prints a table and writes it as the "python_bench results" section of bench/resu
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -21,6 +22,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,16 +42,14 @@ def overhead(client_loop, steps, reps):
     import torch
     import pstrain
     import pstrain.torch
-    from python_cluster import cluster
-
     model = mlp()
     specs = ["%s:%s" % (n, "x".join(str(d) for d in p.shape)) for n, p in model.named_parameters()]
     times = {"python": [], "cpp_copy": [], "cpp": []}
-    with cluster(1, 2, "--mode", "async") as c:
-        cpp = subprocess.Popen([client_loop] + specs, env=c.worker_env(1), stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+    with cluster(num_workers=2) as c:
+        cpp = subprocess.Popen([client_loop] + specs, env=c.env("worker", 1),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
-            with pstrain.Client.connect(chief=c.chief, task=0) as client:
+            with c.connect(task=0) as client:
                 ps = pstrain.torch.distribute(model, client, optimizer=pstrain.optim.SGD(lr=1e-6))
                 ps.pull()
                 model(torch.rand(64, 784)).square().mean().backward()
@@ -85,17 +85,30 @@ def overhead(client_loop, steps, reps):
     return {k: statistics.median(v) for k, v in times.items()}, times
 
 
+@contextlib.contextmanager
+def cluster(num_workers):
+    """1 PS and an async chief (tests/pstrain_pytest_cluster.py); every process is killed on
+    leaving the block."""
+    from pstrain_pytest_cluster import Cluster
+    with tempfile.TemporaryDirectory() as logs:
+        c = Cluster(logs, num_ps=1, num_workers=num_workers,
+                    binary=os.environ["PSTRAIN_BINARY"]).start({"mode": "async"})
+        try:
+            yield c
+            c.finish()
+        finally:
+            c.kill_all()
+
+
 def mnist_run(local, steps):
     """examples/s of one run of the example (training loop only)."""
-    from python_cluster import cluster
-
-    argv = [sys.executable, SCRIPT, "--epochs", "1", "--max_steps", str(steps)]
+    argv = ["/usr/bin/python3", SCRIPT, "--epochs", "1", "--max_steps", str(steps)]
     if local:
         out = subprocess.run(argv + ["--local"], capture_output=True, text=True, check=True,
                              timeout=900).stdout
     else:
-        with cluster(1, 1, "--mode", "async") as c:
-            out = subprocess.run(argv, env=c.worker_env(0), capture_output=True, text=True,
+        with cluster(num_workers=1) as c:
+            out = subprocess.run(argv, env=c.env("worker", 0), capture_output=True, text=True,
                                  check=True, timeout=900).stdout
     return json.loads(out.strip().splitlines()[-1])["examples_per_sec"]
 

@@ -12,6 +12,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pstrain_pytest_cluster import PYTHON, tagged_pids  # noqa: E402
 
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -32,35 +36,21 @@ def json_lines(text):
     return out
 
 
-def processes_with(marker):
-    """Pids of processes whose environment holds `marker` (NAME=value)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if marker.encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def test_launch_trains_the_cnn_to_the_target_accuracy():
     assert BINARY and os.path.exists(BINARY), "PSTRAIN_BINARY=%r is not built" % BINARY
     assert os.path.isdir(os.path.join(SOURCE_DIR, "data", "mnist")), "run scripts/setup.sh"
-    marker = "PSTRAIN_TEST_TAG=mnist_torch_%d" % os.getpid()
-    env = dict(os.environ)
-    env[marker.split("=")[0]] = marker.split("=")[1]
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, PSTRAIN_TEST_TAG=tag)  # every process of the job inherits it
     with tempfile.TemporaryDirectory() as logs:
         argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--log_dir", logs, "--",
-                sys.executable, SCRIPT, "--epochs", str(EPOCHS)]
+                PYTHON, SCRIPT, "--epochs", str(EPOCHS)]
         start = time.monotonic()
         try:
             r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
                                stdin=subprocess.DEVNULL)
         finally:
             time.sleep(0.5)
-            left = processes_with(marker)
+            left = tagged_pids(tag)
             for pid in left:
                 os.kill(pid, 9)
         seconds = time.monotonic() - start

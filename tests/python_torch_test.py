@@ -13,6 +13,7 @@ threads, each its own task).
 
 import importlib.util
 import os
+import sys
 import threading
 
 import numpy as np
@@ -23,7 +24,9 @@ from torch import nn
 
 import pstrain
 import pstrain.torch
-from python_cluster import cluster
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pstrain_pytest_cluster import make_cluster  # noqa: E402,F401 (a fixture)
 
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 DATA = os.path.join(SOURCE_DIR, "data", "mnist")
@@ -72,7 +75,7 @@ def assert_close(actual, expected, atol=1e-5):
                                    err_msg=name)
 
 
-def test_sync_two_workers_equal_one_torch_sgd_run_of_twice_the_batch():
+def test_sync_two_workers_equal_one_torch_sgd_run_of_twice_the_batch(make_cluster):
     steps, b, lr = 6, 16, 0.05
     x, y = mnist.load_split(DATA, "train")
     x, y = x[:2 * b * steps], y[:2 * b * steps]
@@ -93,8 +96,9 @@ def test_sync_two_workers_equal_one_torch_sgd_run_of_twice_the_batch():
         return initial, state(model), ps.global_step
 
     torch.set_num_threads(1)
-    with cluster(2, 2, "--mode", "sync") as c:
-        (init0, final0, step0), (init1, final1, _) = run_workers(c.chief, 2, worker)
+    c = make_cluster(num_ps=2, num_workers=2, chief_flags=["--mode", "sync"])
+    (init0, final0, step0), (init1, final1, _) = run_workers(c.chief_address, 2, worker)
+    c.finish()
     assert step0 == steps
     assert_close(init1, init0, atol=0)
     assert_close(final1, final0, atol=0)
@@ -112,7 +116,7 @@ def test_sync_two_workers_equal_one_torch_sgd_run_of_twice_the_batch():
     assert_close(final0, state(reference))
 
 
-def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage():
+def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage(make_cluster):
     def worker(client):
         model = mnist.Net()
         ptrs = [p.data_ptr() for p in model.parameters()]
@@ -132,8 +136,9 @@ def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage():
         assert ps.global_step == 1
         return state(model), ps.names
 
-    with cluster(1, 1, "--mode", "async") as c:
-        [(values, names)] = run_workers(c.chief, 1, worker)
+    c = make_cluster(num_ps=1, num_workers=1, chief_flags=["--mode", "async"])
+    [(values, names)] = run_workers(c.chief_address, 1, worker)
+    c.finish()
     assert names == [n for n, _ in mnist.Net().named_parameters()]
     fan_in = {"conv1": 25, "conv2": 16 * 25, "fc1": 512, "fc2": 128}
     for name, v in values.items():
@@ -152,7 +157,7 @@ class TwoTables(nn.Module):
         return ((self.a(ids_a).sum(1) * w).sum(1) - (self.b(ids_b) * w).sum(1)).pow(2).mean()
 
 
-def test_embedding_matches_torch_sparse_embedding_with_sgd_and_adagrad():
+def test_embedding_matches_torch_sparse_embedding_with_sgd_and_adagrad(make_cluster):
     dim, steps, n = 4, 5, 12
     gen = torch.Generator().manual_seed(7)
     batches = [(torch.randint(0, n, (6, 3), generator=gen), torch.randint(0, n, (6,),
@@ -176,8 +181,9 @@ def test_embedding_matches_torch_sparse_embedding_with_sgd_and_adagrad():
         with torch.no_grad():
             return initial, (a(all_ids).clone(), b(all_ids).clone())
 
-    with cluster(2, 1, "--mode", "async") as c:
-        [(initial, final)] = run_workers(c.chief, 1, worker)
+    c = make_cluster(num_ps=2, num_workers=1, chief_flags=["--mode", "async"])
+    [(initial, final)] = run_workers(c.chief_address, 1, worker)
+    c.finish()
 
     ref_a = nn.Embedding(n, dim, sparse=True)
     ref_b = nn.Embedding(n, dim, sparse=True)
@@ -198,7 +204,7 @@ def test_embedding_matches_torch_sparse_embedding_with_sgd_and_adagrad():
     np.testing.assert_allclose(final[1].numpy(), ref_b.weight.detach().numpy(), rtol=0, atol=1e-5)
 
 
-def test_bad_input_raises_the_pstrain_exception():
+def test_bad_input_raises_the_pstrain_exception(make_cluster):
     def worker(client):
         with pytest.raises(pstrain.InvalidArgumentError, match="fc.weight.*float64"):
             pstrain.torch.distribute(_float64_module(), client)
@@ -219,8 +225,9 @@ def test_bad_input_raises_the_pstrain_exception():
         ps.push()  # still usable after the refusals
         return True
 
-    with cluster(1, 1, "--mode", "async") as c:
-        assert run_workers(c.chief, 1, worker) == [True]
+    c = make_cluster(num_ps=1, num_workers=1, chief_flags=["--mode", "async"])
+    assert run_workers(c.chief_address, 1, worker) == [True]
+    c.finish()
 
 
 def _float64_module():
