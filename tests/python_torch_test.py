@@ -123,6 +123,7 @@ def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage(ma
         params = list(model.parameters())
         ps = pstrain.torch.distribute(model, client, optimizer=pstrain.optim.Adam(lr=1e-3))
         ps.pull()
+        initial = state(model)
         assert [p.data_ptr() for p in model.parameters()] == ptrs
         assert all(a is b for a, b in zip(model.parameters(), params))
         pulled = [np.array(v) for v in client.pull()]
@@ -134,7 +135,11 @@ def test_default_initial_values_are_pytorchs_and_pull_copies_into_the_storage(ma
         ps.push(examples=4)
         ps.pull()
         assert ps.global_step == 1
-        return state(model), ps.names
+        assert [p.data_ptr() for p in model.parameters()] == ptrs
+        after = state(model)
+        assert torch.equal(after["fc2.bias"], initial["fc2.bias"])  # zeros: Adam's first step is 0
+        assert not torch.equal(after["fc2.weight"], initial["fc2.weight"])
+        return initial, ps.names
 
     c = make_cluster(num_ps=1, num_workers=1, chief_flags=["--mode", "async"])
     [(values, names)] = run_workers(c.chief_address, 1, worker)
