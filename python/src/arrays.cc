@@ -25,6 +25,36 @@ py::array AsArray(py::handle obj, const std::string& what) {
 
 std::string DtypeName(const py::array& a) { return py::str(a.dtype()); }
 
+// A list or tuple of Python ints (or numpy integer scalars) as keys, which numpy would turn into
+// float64 when one is 2^63 or more.
+std::vector<uint64_t> IntKeys(const py::sequence& seq, const std::string& what) {
+  std::vector<uint64_t> keys;
+  keys.reserve(seq.size());
+  for (size_t j = 0; j < seq.size(); ++j) {
+    const py::object item = seq[j];
+    if (PyBool_Check(item.ptr()) || !PyIndex_Check(item.ptr())) {
+      RaiseInvalidArgument(
+          absl::StrCat(what, " holds ", std::string(py::repr(item)), " at position ", j,
+                       ": keys are integers in [0, 2^64) (a uint64 array, or non-negative ints)"));
+    }
+    const py::int_ key = py::reinterpret_steal<py::int_>(PyNumber_Index(item.ptr()));
+    if (key < py::int_(0)) {
+      RaiseInvalidArgument(absl::StrCat(what, " has the negative key ",
+                                        std::string(py::str(py::handle(key))), " at position ", j,
+                                        ": keys are in [0, 2^64)"));
+    }
+    const unsigned long long k = PyLong_AsUnsignedLongLong(key.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      RaiseInvalidArgument(absl::StrCat(what, " has the key ",
+                                        std::string(py::str(py::handle(key))), " at position ", j,
+                                        ": keys are in [0, 2^64)"));
+    }
+    keys.push_back(k);
+  }
+  return keys;
+}
+
 }  // namespace
 
 std::vector<int64_t> ShapeOf(const py::array& a) {
@@ -47,6 +77,9 @@ py::array AsFloat32(py::handle obj, const std::string& what) {
 }
 
 std::vector<uint64_t> AsKeys(py::handle obj, const std::string& what) {
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    return IntKeys(py::reinterpret_borrow<py::sequence>(obj), what);
+  }
   py::array a =
       py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj) : AsArray(obj, what);
   if (a.ndim() != 1) {

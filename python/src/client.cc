@@ -61,6 +61,7 @@ class PyClient {
   int num_ps() const { return num_ps_; }
   int task() const { return task_; }
   py::list LastAddresses(bool rows) const;
+  const std::vector<uintptr_t>& last_push() const { return last_push_; }
 
  private:
   PyClient() : core_(std::make_shared<Core>()) {}
@@ -82,6 +83,7 @@ class PyClient {
   int task_ = 0;
   bool done_called_ = false;
   std::vector<std::string> variables_, tables_;  // names, for messages
+  std::vector<uintptr_t> last_push_;             // where the last push read each gradient
 };
 
 void PyClient::Call(std::function<absl::Status(Core&)> call, py::object keep_alive,
@@ -167,6 +169,8 @@ void PyClient::Push(const py::sequence& grads, int64_t examples, std::optional<d
     views.push_back({ShapeOf(a), static_cast<const float*>(a.data())});
     keep.append(a);
   }
+  last_push_.clear();
+  for (const TensorView& v : views) last_push_.push_back(reinterpret_cast<uintptr_t>(v.data));
   Call([views = std::move(views), examples,
         loss](Core& c) { return c.client->Push(views, examples, loss); },
        keep);
@@ -263,15 +267,40 @@ py::list PyClient::LastAddresses(bool rows) const {
 }  // namespace
 
 void BindClient(py::module_& m) {
-  py::class_<PyClient>(m, "Client")
+  py::class_<PyClient>(m, "Client", R"(A worker's connection to a pstrain job (the C++ Client).
+
+Made by Client.connect(). One call at a time: calls from several threads wait for each other
+(use a Client per thread, with distinct tasks, for parallel work). Every call releases the GIL
+while it waits, and Ctrl-C interrupts it with KeyboardInterrupt (the interrupted call ends in
+the background; the next call waits for it). Errors raise the pstrain.errors class of their
+status with the C++ message. As a context manager, calls done() on exit, or done(error=...)
+when the block raises.)")
       .def_static("connect", &PyClient::Connect, py::arg("chief") = py::none(),
-                  py::arg("task") = py::none(), py::arg("timeout") = 60.0)
+                  py::arg("task") = py::none(), py::arg("timeout") = 60.0,
+                  R"(Registers as worker `task` with the chief at `chief` ("host:port"); either
+left None comes from TF_CONFIG. Waits until every task registered. `timeout` (seconds) bounds
+the wait to reach the chief and every later call. DeadlineExceededError if the chief cannot
+be reached in time; InvalidArgumentError for a TF_CONFIG that does not parse.)")
       .def("create_variable", &PyClient::CreateVariable, py::arg("name"), py::arg("shape"),
            py::arg("initializer") = py::none(), py::arg("optimizer") = py::none(),
-           py::arg("partitioner") = "")
-      .def("pull", [](py::object self) { return self.cast<PyClient&>().Pull(self); })
+           py::arg("partitioner") = "",
+           R"(Gets or creates a variable; returns its index in pull() and push(). An existing
+variable keeps its values, initializer and optimizer; another shape is an
+InvalidArgumentError. optimizer None: the chief's. partitioner: "none", "fixed:N",
+"min_bytes:B", "max_bytes:B" or "" (the chief's). Invalidates the arrays of the last pull().)")
+      .def(
+          "pull", [](py::object self) { return self.cast<PyClient&>().Pull(self); },
+          R"(The values of every variable: float32 arrays of their shapes, in creation order.
+They view the client's buffers (no copy) and hold the client alive; they are valid until the
+next pull(), create_variable() or done(), and writing into them changes nothing on the PS.
+Copy one (numpy.copy) to keep it. Sync mode: waits for the step after this client's last
+push.)")
       .def("push", &PyClient::Push, py::arg("grads"), py::arg("examples") = 0,
-           py::arg("loss") = py::none())
+           py::arg("loss") = py::none(),
+           R"(Pushes one gradient per variable, in creation order. Each is an array (or
+anything numpy.asarray takes) of the variable's shape: float32 C-contiguous arrays are read in
+place; float16/float64 and non-contiguous arrays are copied to float32; other dtypes raise
+InvalidArgumentError. `examples` (the batch size) and `loss` feed the chief's progress.)")
       .def(
           "create_table",
           [](PyClient& c, const std::string& name, int dim, const py::object& initializer,
@@ -289,16 +318,25 @@ void BindClient(py::module_& m) {
           py::arg("name"), py::arg("dim"), py::arg("initializer") = py::none(),
           py::arg("optimizer") = py::none(), py::arg("admit_after") = 0,
           py::arg("unadmitted_zeros") = false, py::arg("evict_after_steps") = 0,
-          py::arg("max_rows_per_ps") = 0, py::arg("max_bytes_per_ps") = 0)
+          py::arg("max_rows_per_ps") = 0, py::arg("max_bytes_per_ps") = 0,
+          R"(Gets or creates an embedding table of rows of `dim` floats keyed by uint64;
+returns its index in lookup() and push_sparse(). Every worker must pass the same options.
+optimizer None: Adagrad(lr=0.05). Invalidates the arrays of the last lookup().)")
       .def(
           "lookup",
           [](py::object self, const py::sequence& keys) {
             return self.cast<PyClient&>().Lookup(self, keys);
           },
-          py::arg("keys"))
+          py::arg("keys"),
+          R"(keys[i]: distinct keys of table i (uint64 array, or non-negative integers).
+Returns float32 arrays [len(keys[i]), dim] viewing the client's buffers, valid until the next
+lookup(), create_table() or done().)")
       .def("push_sparse", &PyClient::PushSparse, py::arg("keys"), py::arg("grads"),
-           py::arg("examples") = 0, py::arg("loss") = py::none())
-      .def("barrier", &PyClient::Barrier, py::arg("name"))
+           py::arg("examples") = 0, py::arg("loss") = py::none(),
+           R"(Pushes gradient rows: grads[i] holds len(keys[i]) * dim floats (e.g. shape
+[len(keys[i]), dim]) for the keys of table i; a repeated key's rows are summed.)")
+      .def("barrier", &PyClient::Barrier, py::arg("name"),
+           "Waits until every worker still training reached the barrier `name` (used once).")
       .def(
           "done",
           [](PyClient& c, const py::object& error) {
@@ -306,17 +344,22 @@ void BindClient(py::module_& m) {
                        ? std::nullopt
                        : std::optional<std::string>(py::str(error).cast<std::string>()));
           },
-          py::arg("error") = py::none())
+          py::arg("error") = py::none(),
+          R"(Ends this worker's part of the job; with `error` (text or an exception) reports
+that it failed, which ends the job. Later calls raise FailedPreconditionError.)")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& c, const py::object& type, const py::object& value,
                           const py::object&) { return c.Exit(type, value); })
-      .def_property_readonly("global_step", &PyClient::global_step)
-      .def_property_readonly("pushes", &PyClient::pushes)
-      .def_property_readonly("mode", &PyClient::mode)
-      .def_property_readonly("num_ps", &PyClient::num_ps)
-      .def_property_readonly("task", &PyClient::task)
+      .def_property_readonly("global_step", &PyClient::global_step,
+                             "The smallest variable version the last pull read (sync: the "
+                             "global step).")
+      .def_property_readonly("pushes", &PyClient::pushes, "Steps pushed by this client.")
+      .def_property_readonly("mode", &PyClient::mode, "The job's mode: async, sync or ssp.")
+      .def_property_readonly("num_ps", &PyClient::num_ps, "The number of PS tasks.")
+      .def_property_readonly("task", &PyClient::task, "This worker's task index.")
       .def("_last_pull_addresses", [](const PyClient& c) { return c.LastAddresses(false); })
       .def("_last_lookup_addresses", [](const PyClient& c) { return c.LastAddresses(true); })
+      .def("_last_push_addresses", &PyClient::last_push)
       .def("__repr__", [](const PyClient& c) {
         return absl::StrCat("<pstrain.Client worker:", c.task(), " mode=", c.mode(),
                             " num_ps=", c.num_ps(), ">");

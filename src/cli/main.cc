@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,18 +133,42 @@ int main(int argc, char** argv) {
   pstrain::LaunchOptions launch;
   pstrain::TrainingFlags launch_training;
   CLI::App* lch = app.add_subcommand(
-      "launch", "run a whole cluster on 127.0.0.1; training flags go to its chief");
+      "launch",
+      "run a whole cluster on 127.0.0.1; training flags go to its chief; `launch [flags] -- "
+      "COMMAND ARGS...` runs COMMAND as every worker");
+  lch->footer(
+      "After --, COMMAND ARGS... is what every worker runs instead of `pstrain server`, with "
+      "TF_CONFIG naming its task and its output in its log file; the chief then serves client "
+      "programs (--model external).");
   lch->add_option("--ps", launch.num_ps, "number of parameter servers")->capture_default_str();
   lch->add_option("--workers", launch.num_workers, "number of workers")->capture_default_str();
   lch->add_option("--log_level", launch.log_level, "log level of ps and worker tasks")
       ->check(CLI::IsMember(kLogLevels))
       ->capture_default_str();
+  lch->add_option("--log_dir", launch.log_dir,
+                  "a log file per task here, <job>-<index>.log (default with -- COMMAND: a new "
+                  "directory under $TMPDIR)");
   const std::vector<std::string> launch_only = FlagNames(lch);
   launch_training.AddTo(lch);
 
   pstrain::GenCriteoCommand gen_criteo(&app);
 
-  const std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // `pstrain launch [flags] -- COMMAND ARGS...`: what follows "--" is the workers' command, and
+  // their chief serves client programs unless --model says otherwise (refused below).
+  std::optional<std::vector<std::string>> worker_command;
+  if (!args.empty() && args[0] == "launch") {
+    if (auto dash = std::find(args.begin() + 1, args.end(), "--"); dash != args.end()) {
+      worker_command.emplace(dash + 1, args.end());
+      args.erase(dash, args.end());
+      const bool model_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+        return a == "--model" || a.rfind("--model=", 0) == 0;
+      });
+      if (!model_given) args.push_back("--model=external");
+    }
+  }
+  std::vector<char*> parse_argv = {argv[0]};
+  for (std::string& a : args) parse_argv.push_back(a.data());
   const std::vector<std::string> commands = {"server", "launch", "gen-criteo"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
@@ -153,7 +178,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(parse_argv.size()), parse_argv.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -178,7 +203,18 @@ int main(int argc, char** argv) {
         Without(std::vector<std::string>(args.begin() + 1, args.end()), launch_only);
     absl::StatusOr<pstrain::JobConfig> config = launch_training.ToConfig();
     absl::Status s = config.status();
+    if (s.ok() && worker_command && worker_command->empty()) {
+      s = absl::InvalidArgumentError(
+          "nothing after --: give the command every worker runs, e.g. -- python3 train.py");
+    } else if (s.ok() && worker_command && config->model != "external") {
+      s = absl::InvalidArgumentError(
+          absl::StrCat("--model ", config->model,
+                       " does not go with -- COMMAND: the command "
+                       "trains the model as every worker, and the chief serves it with --model "
+                       "external (the default there)"));
+    }
     if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
+    if (worker_command) launch.worker_command = *worker_command;
     for (const std::string& w : launch_training.Inapplicable()) Print(command, "warning", w);
     if (!s.ok()) {
       Print(command, "error", std::string(s.message()));

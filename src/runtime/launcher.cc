@@ -1,21 +1,22 @@
 // Launch: a whole cluster on 127.0.0.1 as child processes of this one.
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/launch_logs.h"
+#include "runtime/launch_process.h"
 #include "runtime/runtime.h"
 
 namespace pstrain {
@@ -28,78 +29,22 @@ void OnSignal(int sig) {
   g_signals = g_signals + 1;
 }
 
-// How long the chief may take to end the job after the launcher forwarded SIGINT/SIGTERM.
+// How long the chief may take to end the job after the launcher asked it to stop.
 constexpr absl::Duration kChiefStopGrace = absl::Seconds(10);
-// How long a task that exited with an error waits for the chief to report the job's failure.
+// How long a task that exited with an error waits for the chief to report the job's failure, and
+// the chief may take to end the job once every worker command exited 0.
 constexpr absl::Duration kTaskFailureGrace = absl::Seconds(10);
+// The lines of a failed task's log that its error shows.
+constexpr int kTailLines = 10;
 
 struct Child {
   std::string name;  // "ps:0"
   pid_t pid = -1;
+  bool command = false;  // runs the worker command, whose process group may hold more processes
+  std::string log;       // its log file, or ""
   bool exited = false;
   int status = 0;
 };
-
-// Free TCP ports on 127.0.0.1: all sockets stay bound until every port is chosen, so none repeats.
-absl::StatusOr<std::vector<int>> FreePorts(int n) {
-  std::vector<int> fds, ports;
-  absl::Status error;
-  for (int i = 0; i < n && error.ok(); ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      error = absl::UnavailableError(absl::StrCat("cannot pick a free port: ", strerror(errno)));
-    } else {
-      ports.push_back(ntohs(addr.sin_port));
-    }
-    if (fd >= 0) fds.push_back(fd);
-  }
-  for (int fd : fds) close(fd);
-  if (!error.ok()) return error;
-  return ports;
-}
-
-// This process's environment with TF_CONFIG set to `tf_config`.
-std::vector<std::string> EnvironmentWith(const std::string& tf_config) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "TF_CONFIG=", 10) != 0) env.emplace_back(*e);
-  }
-  env.push_back("TF_CONFIG=" + tf_config);
-  return env;
-}
-
-std::vector<char*> Pointers(const std::vector<std::string>& strings) {
-  std::vector<char*> p;
-  for (const std::string& s : strings) p.push_back(const_cast<char*>(s.c_str()));
-  p.push_back(nullptr);
-  return p;
-}
-
-// Starts `argv` with environment `env` in its own process group (so a terminal's Ctrl-C reaches
-// only the launcher, which then stops the cluster) and asks the kernel to kill it if the
-// launcher dies.
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd,
-            int err_fd) {
-  // Built before fork: the child may only make async-signal-safe calls.
-  std::vector<char*> args = Pointers(argv), envp = Pointers(env);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1);
-  if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
-  if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-  execve(args[0], args.data(), envp.data());
-  static const char kCannot[] = "pstrain launch: cannot start a task: exec failed\n";
-  (void)!write(STDERR_FILENO, kCannot, sizeof(kCannot) - 1);
-  _exit(127);
-}
 
 std::string Describe(const Child& c) {
   if (WIFEXITED(c.status))
@@ -109,32 +54,59 @@ std::string Describe(const Child& c) {
   return c.name + " stopped";
 }
 
+bool Failed(const Child& c) { return c.exited && c.status != 0; }
+
+void Error(const std::string& message) {
+  std::fprintf(stderr, "pstrain launch: error: %s\n", message.c_str());
+}
+
 class Cluster {
  public:
   explicit Cluster(const LaunchOptions& o) : o_(o), tty_(isatty(STDERR_FILENO)) {}
-  ~Cluster() { StopAll(absl::Seconds(0)); }
+  ~Cluster() {
+    StopAll(absl::Seconds(0));
+    if (chief_log_ >= 0) close(chief_log_);
+  }
 
   int Run() {
     if (o_.num_ps < 1 || o_.num_workers < 1) {
-      std::fprintf(stderr, "pstrain launch: error: need at least 1 ps and 1 worker\n");
+      Error("need at least 1 ps and 1 worker");
       return 2;
     }
+    if (!o_.worker_command.empty()) {
+      absl::StatusOr<std::string> found = FindCommand(o_.worker_command[0]);
+      if (!found.ok()) {
+        Error(absl::StrCat("worker ", found.status().message()));
+        return absl::IsPermissionDenied(found.status()) ? 126 : 127;
+      }
+      command_path_ = *found;
+    }
+    if (!o_.worker_command.empty() || !o_.log_dir.empty()) {
+      absl::StatusOr<TaskLogs> logs = TaskLogs::Open(o_.log_dir);
+      if (!logs.ok()) {
+        Error(std::string(logs.status().message()));
+        return o_.log_dir.empty() ? 1 : 2;
+      }
+      logs_ = *logs;
+    }
     if (absl::Status s = PickAddresses(); !s.ok()) {
-      std::fprintf(stderr, "pstrain launch: error: %s\n", std::string(s.message()).c_str());
+      Error(std::string(s.message()));
       return 1;
     }
+    prctl(PR_SET_CHILD_SUBREAPER, 1);  // what a command forks and leaves is reaped here
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-      std::fprintf(stderr, "pstrain launch: error: pipe: %s\n", strerror(errno));
+      Error(absl::StrCat("pipe: ", strerror(errno)));
       return 1;
     }
     // The chief first, so the others find it listening when they register.
-    Start("chief", 0, o_.chief_flags, out[1], err[1]);
-    for (int i = 0; i < o_.num_ps; ++i) Start("ps", i, {}, -1, -1);
-    for (int i = 0; i < o_.num_workers; ++i) Start("worker", i, {}, -1, -1);
+    absl::Status started = Start("chief", 0, out[1], err[1]);
+    for (int i = 0; i < o_.num_ps && started.ok(); ++i) started = Start("ps", i, -1, -1);
+    for (int i = 0; i < o_.num_workers && started.ok(); ++i) started = Start("worker", i, -1, -1);
     close(out[1]);
     close(err[1]);
-    const int code = Watch(out[0], err[0]);
+    if (!started.ok()) Error(std::string(started.message()));
+    const int code = started.ok() ? Watch(out[0], err[0]) : 1;
     close(out[0]);
     close(err[0]);
     return code;
@@ -153,101 +125,203 @@ class Cluster {
   }
 
   // Each task reads the cluster and its own place in it from TF_CONFIG, so nothing is written
-  // to disk and nothing is left behind however the launcher ends. --job and --task repeat it on
-  // the command line to make the processes easy to tell apart.
-  void Start(const std::string& job, int task, const std::vector<std::string>& extra, int out,
-             int err) {
+  // to disk but the logs asked for. --job and --task repeat it on the command line to make the
+  // processes easy to tell apart. The chief's output comes to the launcher through `out` and
+  // `err`; with logs, every other task's goes to its log file.
+  absl::Status Start(const std::string& job, int task, int out, int err) {
+    Child child;
+    child.name = absl::StrCat(job, ":", task);
     ClusterSpec spec = spec_;
     spec.task_type = job;
     spec.task_index = task;
     std::vector<std::string> argv = {o_.binary, "server", "--job",
                                      job,       "--task", std::to_string(task)};
-    if (job != "chief") argv.insert(argv.end(), {"--log_level", o_.log_level});
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    children_.push_back(
-        {absl::StrCat(job, ":", task), Spawn(argv, EnvironmentWith(spec.ToJson()), out, err)});
+    std::vector<std::string> defaults;
+    if (job == "chief") {
+      argv.insert(argv.end(), o_.chief_flags.begin(), o_.chief_flags.end());
+    } else if (job == "worker" && !o_.worker_command.empty()) {
+      argv = o_.worker_command;
+      child.command = true;
+      defaults.push_back("PYTHONUNBUFFERED=1");  // a script's prints reach its log at once
+    } else {
+      argv.insert(argv.end(), {"--log_level", o_.log_level});
+    }
+    int log_fd = -1;
+    if (logs_) {
+      child.log = logs_->PathOf(child.name);
+      absl::StatusOr<int> fd = logs_->Create(child.name);
+      if (!fd.ok()) return fd.status();
+      std::fprintf(stderr, "pstrain launch: %s log: %s\n", child.name.c_str(), child.log.c_str());
+      if (job == "chief") {
+        chief_log_ = *fd;
+      } else {
+        log_fd = out = err = *fd;
+      }
+    }
+    const std::string& path = child.command ? command_path_ : o_.binary;
+    child.pid = Spawn(path, argv, EnvironmentWith(spec.ToJson(), defaults), out, err);
+    if (log_fd >= 0) close(log_fd);
+    if (child.pid < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot start ", child.name, ": fork: ", strerror(errno)));
+    }
+    children_.push_back(child);
+    return absl::OkStatus();
   }
 
   // Forwards the chief's output, shows its progress lines in place, and watches every child.
   // SIGINT or SIGTERM asks the chief to end the job (it tells every task); a second one, or a
-  // chief that takes too long, stops every process at once.
+  // chief that takes too long, stops every process at once. A failed task (see FailedTask) also
+  // has the chief end the job. Once the chief has ended it, the worker commands may finish
+  // their own work: the launch ends when the last of them exits.
   int Watch(int out_fd, int err_fd) {
     struct sigaction sa {};
     sa.sa_handler = OnSignal;
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
-    std::string bufs[2];
     pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-    int open_fds = 2;
-    Child& chief = children_.front();
+    const Child& chief = children_.front();
     int stop_signal = 0;
-    absl::Time stop_deadline = absl::InfiniteFuture();
     while (true) {
       if (g_signal != 0 && stop_signal == 0) {
         stop_signal = g_signal;
         EndProgress();
         std::fprintf(stderr, "pstrain launch: interrupted, stopping the cluster\n");
-        if (!chief.exited) kill(chief.pid, SIGTERM);
-        stop_deadline = absl::Now() + kChiefStopGrace;
+        StopChief();
       }
-      if (stop_signal != 0 && (g_signals > 1 || absl::Now() > stop_deadline)) {
+      if ((stop_signal != 0 && g_signals > 1) || absl::Now() > stop_deadline_) {
         StopAll(absl::ZeroDuration());
-        return 128 + stop_signal;
+        return stop_signal != 0 ? 128 + stop_signal : failure_.value_or(1);
       }
-      if (open_fds > 0 && poll(fds, 2, 200) > 0) {
-        for (int k = 0; k < 2; ++k) {
-          if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
-          char buf[4096];
-          ssize_t n = read(fds[k].fd, buf, sizeof(buf));
-          if (n <= 0) {
-            fds[k].fd = -1;
-            --open_fds;
-            continue;
-          }
-          bufs[k].append(buf, n);
-          for (size_t nl; (nl = bufs[k].find('\n')) != std::string::npos;) {
-            HandleLine(k == 0, bufs[k].substr(0, nl));
-            bufs[k].erase(0, nl + 1);
-          }
-        }
-      } else if (open_fds == 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
+      const bool output_open = Forward(fds);
       Reap();
-      if (stop_signal == 0 && !chief.exited) {
-        if (const Child* failed = FailedTask(); failed != nullptr) {
-          EndProgress();
-          std::fprintf(stderr, "pstrain launch: error: %s; stopping the cluster\n",
-                       Describe(*failed).c_str());
-          StopAll(absl::Seconds(2));
-          return 1;
-        }
-      }
-      if (chief.exited && open_fds == 0) {
+      if (stop_signal == 0 && !failure_ && !chief.exited) CheckTasks();
+      if (!chief.exited || output_open) continue;
+      // The chief has ended the job.
+      int code = 0;
+      if (stop_signal != 0) {
+        code = 128 + stop_signal;
+      } else if (failure_) {
+        code = *failure_;
+      } else if (chief.status != 0) {
         EndProgress();
-        StopAll(absl::Seconds(5));
-        if (stop_signal != 0) return 128 + stop_signal;
-        if (WIFEXITED(chief.status)) return WEXITSTATUS(chief.status);
-        std::fprintf(stderr, "pstrain launch: error: %s\n", Describe(chief).c_str());
-        return 1;
+        if (!WIFEXITED(chief.status)) Error(Describe(chief));
+        code = WIFEXITED(chief.status) ? WEXITSTATUS(chief.status) : 1;
+      } else if (!CommandsExited()) {
+        continue;
+      } else {
+        EndProgress();
+        for (const Child& c : children_) {
+          if (c.command && Failed(c) && !failure_) Fail(c, false);
+        }
+        code = failure_.value_or(0);
       }
+      StopAll(absl::Seconds(5));
+      return code;
     }
   }
 
-  // A ps or worker that died while the chief runs. One killed by a signal fails the launch at
-  // once; one that exited with an error has said why, and the chief (which ends the job and
-  // tells the others) gets kTaskFailureGrace to give the job's own error first.
+  bool CommandsExited() const {
+    for (const Child& c : children_) {
+      if (c.command && !c.exited) return false;
+    }
+    return true;
+  }
+
+  // Reads what the chief wrote (waiting up to 200 ms) and passes it on line by line; false once
+  // both of its outputs are closed.
+  bool Forward(pollfd fds[2]) {
+    if (fds[0].fd < 0 && fds[1].fd < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return false;
+    }
+    if (poll(fds, 2, 200) <= 0) return true;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+      if (n <= 0) {
+        if (!bufs_[k].empty()) HandleLine(k == 0, bufs_[k]);  // a last line without its newline
+        bufs_[k].clear();
+        fds[k].fd = -1;
+        continue;
+      }
+      bufs_[k].append(buf, n);
+      for (size_t nl; (nl = bufs_[k].find('\n')) != std::string::npos;) {
+        HandleLine(k == 0, bufs_[k].substr(0, nl));
+        bufs_[k].erase(0, nl + 1);
+      }
+    }
+    return fds[0].fd >= 0 || fds[1].fd >= 0;
+  }
+
+  // While the chief runs: a ps or worker that died ends the job (see FailedTask), and so does a
+  // chief that has not ended it kTaskFailureGrace after every worker command exited 0.
+  void CheckTasks() {
+    if (const Child* failed = FailedTask(); failed != nullptr) {
+      Fail(*failed, true);
+      StopChief();
+      return;
+    }
+    if (o_.worker_command.empty() || !CommandsExited()) return;
+    if (commands_ended_ == absl::InfiniteFuture()) commands_ended_ = absl::Now();
+    if (absl::Now() - commands_ended_ > kTaskFailureGrace) {
+      EndProgress();
+      Error(
+          absl::StrCat("every worker command exited with status 0, but the chief has not ended "
+                       "the job ",
+                       absl::FormatDuration(kTaskFailureGrace),
+                       " later: does each worker call done()? Stopping the cluster"));
+      failure_ = 1;
+      StopChief();
+    }
+  }
+
+  // A ps or worker that died while the chief runs. A worker command that exited with an error,
+  // and any task killed by a signal, fails the launch at once. A `pstrain server` task that
+  // exited with an error has said why, and the chief (which ends the job and tells the others)
+  // gets kTaskFailureGrace to give the job's own error first.
   const Child* FailedTask() {
     for (const Child& c : children_) {
-      if (&c == &children_.front() || !c.exited || c.status == 0) continue;
-      if (WIFSIGNALED(c.status)) return &c;
+      if (&c == &children_.front() || !Failed(c)) continue;
+      if (c.command || WIFSIGNALED(c.status)) return &c;
       if (first_failure_ == absl::InfiniteFuture()) first_failure_ = absl::Now();
       if (absl::Now() - first_failure_ > kTaskFailureGrace) return &c;
     }
     return nullptr;
   }
 
+  // Says that `c` failed, with the end of its log, and makes it the launch's outcome: a worker
+  // command's own status (128 + a signal's number), else 1.
+  void Fail(const Child& c, bool stopping) {
+    EndProgress();
+    std::string message = Describe(c);
+    if (!c.log.empty()) absl::StrAppend(&message, " (log: ", c.log, ")");
+    if (stopping) absl::StrAppend(&message, "; stopping the cluster");
+    Error(message);
+    if (!c.log.empty()) {
+      const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+      if (!tail.empty())
+        std::fprintf(stderr, "pstrain launch: the end of %s's log:\n", c.name.c_str());
+      for (const std::string& line : tail) std::fprintf(stderr, "    %s\n", line.c_str());
+    }
+    std::fflush(stderr);
+    if (!c.command) {
+      failure_ = 1;
+    } else {
+      failure_ = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
+    }
+  }
+
+  // Asks the chief to end the job, and gives it kChiefStopGrace.
+  void StopChief() {
+    const Child& chief = children_.front();
+    if (!chief.exited) kill(chief.pid, SIGTERM);
+    stop_deadline_ = absl::Now() + kChiefStopGrace;
+  }
+
   void HandleLine(bool is_stdout, const std::string& line) {
+    if (chief_log_ >= 0) (void)!write(chief_log_, (line + "\n").data(), line.size() + 1);
     const std::string prefix = "progress ";
     if (!is_stdout && line.rfind(prefix, 0) == 0) {
       const auto now = std::chrono::steady_clock::now();
@@ -276,41 +350,60 @@ class Cluster {
     last_progress_.clear();
   }
 
+  // Collects every child that exited, and any process a command left that was handed to the
+  // launcher (PR_SET_CHILD_SUBREAPER).
   void Reap() {
-    for (Child& c : children_) {
-      if (!c.exited && c.pid > 0 && waitpid(c.pid, &c.status, WNOHANG) == c.pid) c.exited = true;
-    }
-  }
-
-  // Waits up to `grace` for the children to exit by themselves, then SIGTERM, then SIGKILL.
-  void StopAll(absl::Duration grace) {
-    auto wait_all = [this](absl::Duration d) {
-      const absl::Time end = absl::Now() + d;
-      do {
-        Reap();
-        bool all = true;
-        for (const Child& c : children_) all = all && (c.exited || c.pid <= 0);
-        if (all) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      } while (absl::Now() < end);
-      return false;
-    };
-    if (!wait_all(grace)) {
-      for (const Child& c : children_)
-        if (!c.exited && c.pid > 0) kill(c.pid, SIGTERM);
-      if (!wait_all(absl::Seconds(2))) {
-        for (const Child& c : children_)
-          if (!c.exited && c.pid > 0) kill(c.pid, SIGKILL);
-        wait_all(absl::Seconds(5));
+    int status = 0;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+      for (Child& c : children_) {
+        if (c.pid == pid) c.exited = true, c.status = status;
       }
     }
   }
 
+  // Whether `c` and, for a command, every process in its group have ended.
+  static bool Ended(const Child& c) { return c.exited && (!c.command || kill(-c.pid, 0) != 0); }
+
+  // Waits up to `grace` for the children to exit by themselves, then sends SIGTERM, then
+  // SIGKILL to the process group of each that has not ended. What a command left running when it
+  // exited gets no grace.
+  void StopAll(absl::Duration grace) {
+    auto wait_all = [this](absl::Duration d, bool leaders_only) {
+      const absl::Time end = absl::Now() + d;
+      while (true) {
+        Reap();
+        bool all = true;
+        for (const Child& c : children_) all = all && (leaders_only ? c.exited : Ended(c));
+        if (all) return true;
+        if (absl::Now() >= end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    };
+    auto signal_all = [this](int sig) {
+      for (const Child& c : children_) {
+        if (!Ended(c)) kill(-c.pid, sig);
+      }
+    };
+    wait_all(grace, true);
+    if (wait_all(absl::ZeroDuration(), false)) return;
+    signal_all(SIGTERM);
+    if (wait_all(absl::Seconds(2), false)) return;
+    signal_all(SIGKILL);
+    wait_all(absl::Seconds(5), false);
+  }
+
   const LaunchOptions& o_;
   const bool tty_;
-  ClusterSpec spec_;                                   // the addresses of every task
-  std::vector<Child> children_;                        // the chief first
-  absl::Time first_failure_ = absl::InfiniteFuture();  // when a task first exited with an error
+  ClusterSpec spec_;          // the addresses of every task
+  std::string command_path_;  // the file the worker command runs
+  std::optional<TaskLogs> logs_;
+  int chief_log_ = -1;           // the chief's log file, written by the launcher
+  std::vector<Child> children_;  // the chief first
+  std::string bufs_[2];          // the chief's stdout and stderr, not yet a whole line
+  std::optional<int> failure_;   // the exit code, once a failed task decided it
+  absl::Time stop_deadline_ = absl::InfiniteFuture();   // when to stop waiting for the chief
+  absl::Time first_failure_ = absl::InfiniteFuture();   // when a task first exited with an error
+  absl::Time commands_ended_ = absl::InfiniteFuture();  // when every worker command had exited 0
   std::string last_progress_;
   bool progress_shown_ = false;
   std::chrono::steady_clock::time_point last_printed_{};

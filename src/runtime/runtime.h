@@ -60,10 +60,23 @@ struct LaunchOptions {
   std::string binary;                    // the pstrain executable to start for every task
   std::vector<std::string> chief_flags;  // training flags passed on to the chief
   std::string log_level = "warn";        // for ps and worker processes
+  // What every worker task runs (`pstrain launch -- COMMAND ARGS...`): COMMAND, looked up in
+  // PATH as execvp does, with ARGS, TF_CONFIG naming its task, and stdout and stderr in its log
+  // file. The chief's flags must then make it serve client programs (--model external). Empty:
+  // `pstrain server` runs every worker.
+  std::vector<std::string> worker_command;
+  // One log file per task, <job>-<index>.log, for every task's stdout and stderr (the chief's
+  // output is also shown by the launcher). Created if missing. Empty: the tasks write to the
+  // launcher's own stdout and stderr, unless there is a worker command; then the logs go to a
+  // new directory pstrain-launch-XXXXXX under $TMPDIR (or /tmp), which is left for reading.
+  std::string log_dir;
 };
 
-// Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started on
-// success, failure and SIGINT/SIGTERM. Returns the exit code.
+// Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started (and the
+// process group of each) on success, failure and SIGINT/SIGTERM. Returns the exit code: the
+// chief's, unless a task failed first (a worker command's own status, 1 for another task) or a
+// signal stopped the launch (128 + its number); a worker command that cannot be found gives 127
+// (126: not executable) before any process starts.
 int Launch(const LaunchOptions& options);
 
 }  // namespace pstrain

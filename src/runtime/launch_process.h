@@ -1,0 +1,32 @@
+// Internal to src/runtime: the processes of `pstrain launch`, and where they listen.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pstrain {
+
+// `n` distinct free TCP ports on 127.0.0.1.
+absl::StatusOr<std::vector<int>> FreePorts(int n);
+
+// This process's environment with TF_CONFIG set to `tf_config`, and each of `defaults`
+// ("NAME=value") where the environment has no NAME.
+std::vector<std::string> EnvironmentWith(const std::string& tf_config,
+                                         const std::vector<std::string>& defaults = {});
+
+// Runs the file `path` with `argv` and environment `env` in its own process group, its stdout
+// and stderr on `out_fd` and `err_fd` (-1: this process's), and asks the kernel to kill it if
+// this process dies. The child's pid, or -1 if fork failed.
+pid_t Spawn(const std::string& path, const std::vector<std::string>& argv,
+            const std::vector<std::string>& env, int out_fd, int err_fd);
+
+// The file execvp would run for `command` (a name looked up in PATH, or a path if it contains a
+// '/'). NotFound ("command \"x\" not found in PATH") or PermissionDenied ("... is not
+// executable") otherwise.
+absl::StatusOr<std::string> FindCommand(const std::string& command);
+
+}  // namespace pstrain
