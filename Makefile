@@ -37,6 +37,7 @@ test: build
 bench: build
 	bash bench/run.sh $(BUILD)/bench/ps_bench
 	bash bench/run.sh $(BUILD)/bench/sparse_bench
+	/usr/bin/python3 bench/python_bench.py --build $(BUILD)
 
 install: setup
 	$(call configure,OFF)

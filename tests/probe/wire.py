@@ -43,7 +43,8 @@ def _generate(out_dir):
     files = [os.path.join(proto_dir, p + ".proto") for p in PROTOS]
     tried = []
     for cmd in ([sys.executable, "-m", "grpc_tools.protoc"], ["protoc"]):
-        r = subprocess.run(cmd + ["-I", proto_dir, "--python_out=" + out_dir] + files,
+        # From the repository root, as the C++ build: the files import "proto/<name>.proto".
+        r = subprocess.run(cmd + ["-I", source, "--python_out=" + out_dir] + files,
                            capture_output=True, text=True)
         if r.returncode == 0:
             return
@@ -58,7 +59,7 @@ def modules():
         out_dir = tempfile.mkdtemp(prefix="pstrain-probe-stubs-")
         _generate(out_dir)
         sys.path.insert(0, out_dir)
-        _modules = {p: importlib.import_module(p + "_pb2") for p in PROTOS}
+        _modules = {p: importlib.import_module("proto." + p + "_pb2") for p in PROTOS}
     return _modules
 
 
