@@ -90,8 +90,10 @@ TEST_P(LaunchExampleTest, RunsTheExampleAsEveryWorker) {
     EXPECT_EQ(w["task"], i);
     EXPECT_EQ(w["mode"], mode);
     EXPECT_LT(w["w_error"].get<double>(), 0.02) << worker_line;
-    // Its output went to the log, not to the launcher's.
+    // Its output went to the log, not to the launcher's stdout; its result is shown at the end.
     EXPECT_THAT(r.out, Not(HasSubstr("\"w_error\"")));
+    EXPECT_THAT(r.err, HasSubstr("pstrain launch: worker:" + std::to_string(i) +
+                                 " result: " + worker_line + "\n"));
   }
   // The other tasks have theirs next to the workers' logs; the chief's repeats its result.
   const std::string chief_log = PrintedLog(r.err, "chief:0");

@@ -59,9 +59,15 @@ def test_launch_trains_the_cnn_to_the_target_accuracy():
     assert r.returncode == 0, "launch exited %d:\n%s\nworker 0:\n%s" % (
         r.returncode, r.stderr[-3000:], worker0[-3000:])
     assert not left, "processes left behind: %s" % left
-    results = json_lines(worker0)
-    assert results, "worker 0 printed no JSON line:\n%s" % worker0[-3000:]
+    assert json_lines(r.stdout), "launch printed no final JSON line:\n%s" % r.stdout[-3000:]
+    # The launcher shows each worker's result line, the last JSON object of its log.
+    shown = "pstrain launch: worker:0 result: "
+    results = [json.loads(line[len(shown):]) for line in r.stderr.splitlines()
+               if line.startswith(shown)]
+    assert results, "launch showed no result of worker 0:\n%s\nworker 0:\n%s" % (
+        r.stderr[-3000:], worker0[-3000:])
     result = results[-1]
+    assert result == json_lines(worker0)[-1]
     print("mnist_torch on 2 PS, 2 workers: %s (%.0f s)" % (result, seconds))
     assert result["steps"] > 0 and result["mode"] in ("async", "sync", "ssp")
     assert result["test_accuracy"] >= TARGET, result

@@ -222,6 +222,8 @@ class Cluster {
         if (const Child* c = FirstFailedCommand(); c != nullptr) {
           Report(*c, false);
           code = CodeOf(*c);
+        } else {
+          ShowResults();
         }
       }
       StopAll(absl::Seconds(5));
@@ -310,6 +312,21 @@ class Cluster {
   }
 
   // Says that `c` failed, with the end of its log.
+  // After a job whose commands all succeeded: the last JSON object each command printed (its
+  // result, by the convention of the examples), since their output went only to their logs.
+  void ShowResults() const {
+    for (const Child& c : children_) {
+      if (!c.command || c.log.empty()) continue;
+      const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+      for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
+        if (line->size() < 2 || line->front() != '{' || line->back() != '}') continue;
+        std::fprintf(stderr, "pstrain launch: %s result: %s\n", c.name.c_str(), line->c_str());
+        break;
+      }
+    }
+    std::fflush(stderr);
+  }
+
   void Report(const Child& c, bool stopping) {
     EndProgress();
     std::string message = Describe(c);
