@@ -1,13 +1,16 @@
 // Wide & Deep (Cheng et al. 2016) for click-through rate:
 //  - wide: one weight per sparse feature (a dim-1 table) plus a bias;
 //  - deep: per categorical field an embedding (one table per field, or one shared table), the
-//    value-weighted sum of the field's features, concatenated after the dense features, then an
-//    MLP (ReLU hidden layers) to one logit.
+//    value-weighted sum of the field's features; the dense features, the field embeddings and
+//    the dot products of every pair of field embeddings (DLRM's interaction, so that the MLP
+//    need not learn products of its inputs) concatenated, then an MLP (ReLU hidden layers) to
+//    one logit.
 //   logit = wide + deep, loss = mean sigmoid cross-entropy.
 // Features whose field is outside [0, categorical_fields) feed the wide part only.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/interaction.h"
 #include "model/model_internal.h"
 
 namespace pstrain {
@@ -19,8 +22,9 @@ class WideDeepModel final : public Model {
       : dense_(c.dense_features),
         fields_(c.categorical_fields),
         dim_(c.embedding_dim),
-        shared_(c.shared_embedding) {
-    widths_.push_back(dense_ + fields_ * dim_);
+        shared_(c.shared_embedding),
+        pairs_(layers::InteractionPairs(c.categorical_fields)) {
+    widths_.push_back(dense_ + fields_ * dim_ + pairs_);
     widths_.insert(widths_.end(), c.hidden.begin(), c.hidden.end());
     widths_.push_back(1);
     params_.push_back({"wide/bias", {1}});
@@ -98,6 +102,8 @@ class WideDeepModel final : public Model {
       layers::DenseBackward(below, w, dacts_[i], dbelow, dw, db);
       if (i > 0) layers::ReluBackward(acts_[i - 1], &dacts_[i - 1]);
     }
+    layers::DotInteractionBackward(Embeddings(&input_), fields_, dim_, dinput_.rightCols(pairs_),
+                                   Embeddings(&dinput_));
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
         const int t = deep_.table(j);
@@ -130,6 +136,7 @@ class WideDeepModel final : public Model {
         for (int c = 0; c < dim_; ++c) x[c] += batch.sparse_values[j] * row[c];
       }
     }
+    layers::DotInteractionForward(Embeddings(&input_), fields_, dim_, input_.rightCols(pairs_));
     const size_t layers = widths_.size() - 1;
     for (size_t i = 0; i < layers; ++i) {
       ConstMatrixMap w(in.params[1 + 2 * i], widths_[i], widths_[i + 1]);
@@ -147,8 +154,12 @@ class WideDeepModel final : public Model {
     }
   }
 
+  // The columns of the deep input (or of its gradient) that hold the field embeddings.
+  Eigen::Ref<Matrix> Embeddings(Matrix* m) const { return m->middleCols(dense_, fields_ * dim_); }
+
   const int dense_, fields_, dim_;
   const bool shared_;
+  const int pairs_;  // of fields: the interaction's outputs, the last columns of the deep input
   std::vector<int> widths_;  // deep part: input, hidden..., 1
   std::vector<ParamSpec> params_;
   std::vector<TableSpec> tables_;
