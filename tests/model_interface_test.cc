@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -194,17 +195,21 @@ TEST(LinearModelTest, GradientsMatchFiniteDifferences) {
 }
 
 TEST(WideDeepModelTest, GradientsMatchFiniteDifferences) {
-  for (bool shared : {false, true}) {
-    SCOPED_TRACE(shared ? "shared table" : "a table per field");
-    ModelConfig c;
-    c.kind = "wide_deep";
-    c.dense_features = 2;
-    c.categorical_fields = 3;
-    c.embedding_dim = 2;
-    c.hidden = {5, 3};
-    c.shared_embedding = shared;
-    std::unique_ptr<Model> m = *Model::Create(c);
-    CheckGradients(*m, RandomBatch(5, 2, 3, 2));
+  // Three fields interact through their dot products; a single field has no pairs, so its
+  // embedding feeds the MLP itself.
+  for (int fields : {3, 1}) {
+    for (bool shared : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(fields, " fields, ", shared ? "shared table" : "a table each"));
+      ModelConfig c;
+      c.kind = "wide_deep";
+      c.dense_features = 2;
+      c.categorical_fields = fields;
+      c.embedding_dim = 2;
+      c.hidden = {5, 3};
+      c.shared_embedding = shared;
+      std::unique_ptr<Model> m = *Model::Create(c);
+      CheckGradients(*m, RandomBatch(5, 2, fields, 2));
+    }
   }
 }
 

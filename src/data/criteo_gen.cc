@@ -8,6 +8,16 @@
 //   sigmoid(bias + sum_i a_i log(1 + max(I_i, 0)) + sum_f w(f, r_f)
 //                + sum over interacting pairs (f, g) of <v(f, r_f), v(g, r_g)>)
 // with the bias set so that about a quarter of the rows are clicks, as in Criteo's data.
+//
+// A value's effects shrink with its rank: w(f, r) = 0.3 s(r) N(0, 1) and v(f, r) = 0.5 s(r)
+// N(0, I), with s(r) = 1 / sqrt(1 + r / kHeadValues). The head values of a field carry full-size
+// effects and, further down, the variance falls as 1 / r, about in proportion to the value's
+// frequency: as in real click logs, where a rare id's click rate is close to the base rate. With
+// effects of the same size for every value (s = 1), a value seen a few times would carry a
+// weight no model can learn from its rows, and the printed ceiling would count that knowledge:
+// on 1,000,000 rows, predicting with every weight replaced by its Bayes posterior mean given the
+// 900,000 training rows (all else known) scored 0.860 on the held-out rows against the truth's
+// 0.874; with s(r) as here, the same estimate is within 0.004 of the truth.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -34,6 +44,8 @@ constexpr int kVocab[kCriteoCategorical] = {
 constexpr int kPairs[][2] = {{0, 5},  {1, 13},  {4, 24},  {5, 16},
                              {8, 19}, {13, 21}, {16, 22}, {7, 24}};
 constexpr int kLatent = 4;
+// Ranks of a field with effects of full size (see s(r) above).
+constexpr double kHeadValues = 100;
 constexpr double kTargetClickRate = 0.25;
 
 uint64_t Hash(uint64_t a, uint64_t b, uint64_t c, uint64_t d = 0) {
@@ -94,7 +106,7 @@ class GroundTruth {
       row->rank[f] =
           static_cast<int>(std::lower_bound(cdf_[f].begin(), cdf_[f].end(), p) - cdf_[f].begin());
       row->rank[f] = std::min(row->rank[f], kVocab[f] - 1);
-      row->logit += 0.3 * NormalOf(Hash(o_.seed, 1, f, row->rank[f]));
+      row->logit += 0.3 * Shrink(row->rank[f]) * NormalOf(Hash(o_.seed, 1, f, row->rank[f]));
     }
     for (const auto& pair : kPairs) {
       const int rf = row->rank[pair[0]], rg = row->rank[pair[1]];
@@ -104,9 +116,11 @@ class GroundTruth {
         dot += 0.5 * NormalOf(Hash(o_.seed, 2 + k, pair[0], rf)) * 0.5 *
                NormalOf(Hash(o_.seed, 2 + k, pair[1], rg));
       }
-      row->logit += dot;
+      row->logit += Shrink(rf) * Shrink(rg) * dot;
     }
   }
+  // s(r): the scale of the effects of a field's value of rank r.
+  static double Shrink(int rank) { return 1.0 / std::sqrt(1.0 + rank / kHeadValues); }
   // The 8 hex digits that stand for value `rank` of field `f`.
   std::string Hex(int f, int rank) const {
     return absl::StrFormat("%08x", static_cast<uint32_t>(Hash(o_.seed, 7, f, rank)));

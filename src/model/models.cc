@@ -77,9 +77,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& c) {
     if (c.embedding_dim < 1 || c.embedding_dim > 4096) {
       return bad("embedding_dim ", c.embedding_dim, " is out of range [1, 4096]");
     }
-    if (c.dense_features + static_cast<int64_t>(c.categorical_fields) * c.embedding_dim >
-        kMaxWidth) {
-      return bad("the deep part's input (dense features + fields x embedding_dim) is too wide");
+    // The MLP reads the dense features and the dot products of every pair of fields (with fewer
+    // than two fields, which have no pairs, the embeddings themselves).
+    const int64_t fields = c.categorical_fields;
+    const int64_t mlp_sparse = fields < 2 ? fields * c.embedding_dim : fields * (fields - 1) / 2;
+    if (c.dense_features + mlp_sparse > kMaxWidth) {
+      return bad("the deep part's input (dense features + pairs of fields) is too wide");
     }
     if (c.dense_features + c.categorical_fields == 0) return bad("has no input");
     return MakeWideDeepModel(c);

@@ -1,13 +1,18 @@
 // Wide & Deep (Cheng et al. 2016) for click-through rate:
 //  - wide: one weight per sparse feature (a dim-1 table) plus a bias;
 //  - deep: per categorical field an embedding (one table per field, or one shared table), the
-//    value-weighted sum of the field's features, concatenated after the dense features, then an
-//    MLP (ReLU hidden layers) to one logit.
+//    value-weighted sum of the field's features; the dot products of every pair of field
+//    embeddings (DLRM's interaction, Naumov et al. 2019: an MLP over concatenated embeddings
+//    learns products of its inputs poorly) after the dense features, then an MLP (ReLU hidden
+//    layers) to one logit. As in DLRM, the embeddings reach the MLP through their dot products
+//    only (the wide part has each value's own weight); with fewer than two fields, which have
+//    no pairs, the embeddings themselves follow the dense features.
 //   logit = wide + deep, loss = mean sigmoid cross-entropy.
 // Features whose field is outside [0, categorical_fields) feed the wide part only.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/interaction.h"
 #include "model/model_internal.h"
 
 namespace pstrain {
@@ -19,8 +24,10 @@ class WideDeepModel final : public Model {
       : dense_(c.dense_features),
         fields_(c.categorical_fields),
         dim_(c.embedding_dim),
-        shared_(c.shared_embedding) {
-    widths_.push_back(dense_ + fields_ * dim_);
+        shared_(c.shared_embedding),
+        pairs_(layers::InteractionPairs(c.categorical_fields)),
+        mlp_embeddings_(pairs_ == 0 ? fields_ * dim_ : 0) {
+    widths_.push_back(dense_ + mlp_embeddings_ + pairs_);
     widths_.insert(widths_.end(), c.hidden.begin(), c.hidden.end());
     widths_.push_back(1);
     params_.push_back({"wide/bias", {1}});
@@ -98,12 +105,18 @@ class WideDeepModel final : public Model {
       layers::DenseBackward(below, w, dacts_[i], dbelow, dw, db);
       if (i > 0) layers::ReluBackward(acts_[i - 1], &dacts_[i - 1]);
     }
+    if (mlp_embeddings_ > 0) {
+      demb_ = dinput_.middleCols(dense_, mlp_embeddings_);
+    } else {
+      demb_.setZero(n, fields_ * dim_);
+    }
+    layers::DotInteractionBackward(emb_, fields_, dim_, dinput_.rightCols(pairs_), demb_);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
         const int t = deep_.table(j);
         if (t < 0) continue;
         float* drow = g->rows[1 + t].data() + deep_.row(j) * dim_;
-        const float* dx = dinput_.row(r).data() + dense_ + batch.sparse_fields[j] * dim_;
+        const float* dx = demb_.row(r).data() + batch.sparse_fields[j] * dim_;
         for (int c = 0; c < dim_; ++c) drow[c] += batch.sparse_values[j] * dx[c];
       }
     }
@@ -119,17 +132,20 @@ class WideDeepModel final : public Model {
  private:
   void Forward(const ModelInputs& in, const Examples& batch) {
     const int64_t n = batch.size();
-    input_.setZero(n, widths_[0]);
+    emb_.setZero(n, fields_ * dim_);
+    input_.resize(n, widths_[0]);
     for (int64_t r = 0; r < n; ++r) {
       for (int c = 0; c < dense_; ++c) input_(r, c) = batch.dense_row(r)[c];
       for (int64_t j = batch.sparse_offsets[r]; j < batch.sparse_offsets[r + 1]; ++j) {
         const int t = deep_.table(j);
         if (t < 0) continue;
         const float* row = in.rows[1 + t] + deep_.row(j) * dim_;
-        float* x = input_.row(r).data() + dense_ + batch.sparse_fields[j] * dim_;
+        float* x = emb_.row(r).data() + batch.sparse_fields[j] * dim_;
         for (int c = 0; c < dim_; ++c) x[c] += batch.sparse_values[j] * row[c];
       }
     }
+    if (mlp_embeddings_ > 0) input_.middleCols(dense_, mlp_embeddings_) = emb_;
+    layers::DotInteractionForward(emb_, fields_, dim_, input_.rightCols(pairs_));
     const size_t layers = widths_.size() - 1;
     for (size_t i = 0; i < layers; ++i) {
       ConstMatrixMap w(in.params[1 + 2 * i], widths_[i], widths_[i + 1]);
@@ -149,12 +165,15 @@ class WideDeepModel final : public Model {
 
   const int dense_, fields_, dim_;
   const bool shared_;
-  std::vector<int> widths_;  // deep part: input, hidden..., 1
+  const int pairs_;           // of fields: the interaction's outputs, the MLP's last inputs
+  const int mlp_embeddings_;  // MLP inputs holding the embeddings themselves (no pairs: all)
+  std::vector<int> widths_;   // deep part: input, hidden..., 1
   std::vector<ParamSpec> params_;
   std::vector<TableSpec> tables_;
   SparseIndex wide_, deep_;
   std::vector<std::vector<uint64_t>> keys_;  // wide, then the embedding tables
-  Matrix input_, dinput_;
+  Matrix emb_, demb_;      // the field embeddings side by side, and their gradient
+  Matrix input_, dinput_;  // the MLP's input: dense features, embeddings if no pairs, dots
   std::vector<Matrix> acts_, dacts_;
   std::vector<float> logits_, dlogits_;
 };
