@@ -19,11 +19,10 @@ using namespace pstrain::testing;
 // Rows of the generated file: enough for the model to learn the pairwise interactions, small
 // enough to train in about a minute on two cores.
 constexpr int64_t kRows = 200000;
-// How far below the ground truth's AUC the held-out AUC may be at kRows rows: measured 0.083
-// below (0.791 against 0.874). The ground truth's weights and dense terms without its pairwise
-// interactions reach 0.784 on these held-out rows, so passing means the deep part learned some
-// of the interactions, which no linear model can.
-constexpr double kMargin = 0.095;
+// How far below the ground truth's AUC the held-out AUC may be at kRows rows: measured 0.039
+// below (0.818 against 0.856); with five times the rows, ctr_slow_cluster_test's file, the gap
+// is under 0.02.
+constexpr double kMargin = 0.055;
 
 class CtrClusterTest : public ProcessTest {};
 

@@ -231,5 +231,16 @@ def wait_for(predicate, timeout, what):
         time.sleep(0.02)
 
 
-__all__ = ["BINARY", "PYTHON", "Cluster", "Process", "free_ports", "flag_args", "make_cluster",
-           "run_python", "tagged_pids", "wait_for"]
+def interrupt(process, within=1.5):
+    """Sends SIGINT to `process` (a Process running a Python script) and checks that the script
+    raised KeyboardInterrupt within `within` seconds (calls wait in 50 ms slices; the margin is
+    for a loaded machine)."""
+    os.kill(process.popen.pid, signal.SIGINT)
+    sent = time.monotonic()
+    wait_for(lambda: "KeyboardInterrupt" in process.stdout or process.popen.poll() is not None,
+             10, "KeyboardInterrupt\n" + process.output())
+    assert time.monotonic() - sent < within, process.output()
+
+
+__all__ = ["BINARY", "PYTHON", "Cluster", "Process", "free_ports", "flag_args", "interrupt",
+           "make_cluster", "run_python", "tagged_pids", "wait_for"]

@@ -9,13 +9,16 @@ process may outlive a test.
 
 import json
 import os
-import socket
 import subprocess
+import sys
 import time
 import uuid
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pstrain_pytest_cluster import free_ports, tagged_pids  # noqa: E402
 
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -34,32 +37,15 @@ def last_json(text):
     return None
 
 
-def tagged(tag):
-    """Pids of running (not zombie) processes whose environment holds the tag."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if ("PSTRAIN_TEST_TAG=" + tag).encode() not in f.read().split(b"\0"):
-                    continue
-            with open("/proc/%s/stat" % pid) as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(pid))
-    return found
-
-
 @pytest.fixture
 def tag():
     """A tag for the test's processes; fails the test if one is left running."""
     value = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:12])
     yield value
     deadline = time.monotonic() + 5
-    while tagged(value) and time.monotonic() < deadline:
+    while tagged_pids(value) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = tagged(value)
+    left = tagged_pids(value)
     for pid in left:
         os.kill(pid, 9)
     assert not left, "processes left running: %s" % left
@@ -141,16 +127,6 @@ def test_a_script_that_raises_ends_the_job_and_shows_its_traceback(tmp_path, tag
     assert "worker:1 failed: ValueError: bad data in shard 1" in r.stderr  # the chief's
     assert "worker:1 exited with status 1 (log: %s/worker-1.log)" % tmp_path in r.stderr
     assert "    ValueError: bad data in shard 1\n" in r.stderr  # the end of its log
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def test_a_cluster_started_by_hand_runs_the_script_as_each_worker(tag):
