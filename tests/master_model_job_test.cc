@@ -39,6 +39,27 @@ TEST(TableDefTest, CarriesTheFlagsAndSharesTheCapsOverThePs) {
   EXPECT_EQ(TableDefOf(t, JobConfig(), 3).max_rows(), 0);  // no cap stays no cap
 }
 
+TEST(TableDefTest, AModelsOwnOptimizerUnlessTheTableFlagsAreGiven) {
+  TableSpec t;
+  t.name = "wide";
+  t.dim = 1;
+  t.optimizer = TableOptimizer{"ftrl", 0.05, 1e-6, 0.001, 0.02};
+  JobConfig c;
+  TableDef d = TableDefOf(t, c, 2);
+  EXPECT_EQ(d.optimizer().name(), "ftrl");
+  EXPECT_DOUBLE_EQ(d.optimizer().learning_rate(), 0.05);
+  EXPECT_DOUBLE_EQ(d.optimizer().initial_accumulator_value(), 1e-6);
+  EXPECT_DOUBLE_EQ(d.optimizer().l1(), 0.001);
+  EXPECT_DOUBLE_EQ(d.optimizer().l2(), 0.02);
+  // --table_optimizer or --table_lr on the command line: the flags' optimizer for every table.
+  c.table_optimizer.set_learning_rate(0.3);
+  c.table_optimizer_given = true;
+  d = TableDefOf(t, c, 2);
+  EXPECT_EQ(d.optimizer().name(), "adagrad");
+  EXPECT_DOUBLE_EQ(d.optimizer().learning_rate(), 0.3);
+  EXPECT_DOUBLE_EQ(d.optimizer().l2(), 0);
+}
+
 std::string Invalid(const JobConfig& c) {
   absl::Status s = c.Validate();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;

@@ -246,6 +246,7 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
   c.skip_bad_lines = bad_lines_ == "skip";
   c.table_optimizer.set_name(table_optimizer_);
   c.table_optimizer.set_learning_rate(table_lr_);
+  c.table_optimizer_given = !unset("--table_optimizer") || !unset("--table_lr");
   if (!(task_timeout_s_ > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));

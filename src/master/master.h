@@ -32,6 +32,9 @@ struct JobConfig {
   // 0.1 unless set), admission and eviction. The caps are for the whole table; each PS task
   // holds its share (cap / number of PS, rounded up).
   OptimizerConfig table_optimizer;
+  // Whether table_optimizer is every table's (--table_optimizer or --table_lr was given), else
+  // only that of tables whose model picks no optimizer of its own (model/model.h TableSpec).
+  bool table_optimizer_given = false;
   int admit_after = 0;
   bool unadmitted_zeros = false;
   int64_t evict_after_steps = 0;

@@ -43,7 +43,16 @@ TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps)
   def.set_name(table.name);
   def.set_dim(table.dim);
   *def.mutable_initializer() = InitializerDefOf(table.initializer);
-  *def.mutable_optimizer() = config.table_optimizer;
+  if (table.optimizer.has_value() && !config.table_optimizer_given) {
+    OptimizerConfig* o = def.mutable_optimizer();
+    o->set_name(table.optimizer->name);
+    o->set_learning_rate(table.optimizer->learning_rate);
+    o->set_initial_accumulator_value(table.optimizer->initial_accumulator_value);
+    o->set_l1(table.optimizer->l1);
+    o->set_l2(table.optimizer->l2);
+  } else {
+    *def.mutable_optimizer() = config.table_optimizer;
+  }
   def.set_admit_after(config.admit_after);
   def.set_unadmitted_zeros(config.unadmitted_zeros);
   def.set_evict_after_steps(config.evict_after_steps);

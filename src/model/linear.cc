@@ -12,7 +12,7 @@ class LinearModel final : public Model {
   explicit LinearModel(const ModelConfig& c) : dense_(c.dense_features) {
     if (dense_ > 0) params_.push_back({"linear/kernel", {dense_, 1}});
     params_.push_back({"linear/bias", {1}});
-    tables_.push_back({"linear/weights", 1, Initializer{}});
+    tables_.push_back({"linear/weights", 1, Initializer{}, std::nullopt});
   }
 
   ModelTask task() const override { return ModelTask::kBinary; }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,12 +103,24 @@ absl::StatusOr<Tensor> MakeInitialValue(const std::vector<int64_t>& shape, const
 
 // ---- The model interface: what the trainer, the chief's evaluation and the benchmarks use. ----
 
+// How a table's rows learn, when a model picks it for the table (the fields mirror proto
+// OptimizerConfig; only those of `name` are read). The chief's --table_optimizer or --table_lr,
+// when given, set one optimizer for every table instead.
+struct TableOptimizer {
+  std::string name = "adagrad";  // sgd, adagrad, adam or ftrl
+  double learning_rate = 0.1;
+  double initial_accumulator_value = 0;  // adagrad (0), ftrl (0 means 0.1)
+  double l1 = 0, l2 = 0;                 // ftrl
+};
+
 // An embedding table on the parameter servers: rows of `dim` floats keyed by uint64 ids, a row
-// created on first touch from `initializer` seeded by (initializer.seed, key).
+// created on first touch from `initializer` seeded by (initializer.seed, key), updated by
+// `optimizer` (unset: the chief's table optimizer).
 struct TableSpec {
   std::string name;
   int dim = 0;
   Initializer initializer;
+  std::optional<TableOptimizer> optimizer;
 };
 
 // kClassification: labels are class indices, the metric is accuracy. kBinary: labels are 0/1
