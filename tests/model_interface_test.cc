@@ -213,6 +213,28 @@ TEST(WideDeepModelTest, GradientsMatchFiniteDifferences) {
   }
 }
 
+// The wide table learns by FTRL-Proximal with an L2 prior, the embeddings by Adagrad; the
+// linear model leaves its table to the chief's --table_optimizer.
+TEST(WideDeepModelTest, PicksItsTablesOptimizers) {
+  ModelConfig c;
+  c.kind = "wide_deep";
+  c.dense_features = 2;
+  c.categorical_fields = 3;
+  c.embedding_dim = 4;
+  std::unique_ptr<Model> m = *Model::Create(c);
+  ASSERT_EQ(m->tables().size(), 4u);
+  ASSERT_TRUE(m->tables()[0].optimizer.has_value());
+  EXPECT_EQ(m->tables()[0].optimizer->name, "ftrl");
+  EXPECT_GT(m->tables()[0].optimizer->l2, 0);
+  for (size_t t = 1; t < m->tables().size(); ++t) {
+    ASSERT_TRUE(m->tables()[t].optimizer.has_value());
+    EXPECT_EQ(m->tables()[t].optimizer->name, "adagrad");
+    EXPECT_GT(m->tables()[t].optimizer->initial_accumulator_value, 0);
+  }
+  c.kind = "linear";
+  EXPECT_FALSE((*Model::Create(c))->tables()[0].optimizer.has_value());
+}
+
 TEST(MlpModelTest, SameAsTheMlp) {
   ModelConfig c;
   c.kind = "mlp";

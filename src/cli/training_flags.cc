@@ -13,6 +13,9 @@ namespace {
 constexpr int kCtrBatch = 256;
 constexpr int kCtrEpochs = 1;
 constexpr double kCtrLearningRate = 0.003;
+// Default of --model wide_deep: a cosine decay over the job gained about 0.001 of held-out AUC
+// on gen-criteo's 1,000,000 rows.
+constexpr const char* kWideDeepSchedule = "cosine";
 
 // A flag that takes effect only when another flag has one of some values.
 struct AppliesWhen {
@@ -67,9 +70,15 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
 
 std::string TrainingFlags::ValueOf(const std::string& flag) const {
   if (flag == "--optimizer") return optimizer_;
-  if (flag == "--lr_schedule") return schedule_;
+  if (flag == "--lr_schedule") return Schedule();
   if (flag == "--mode") return config_.mode;
   return config_.model;
+}
+
+std::string TrainingFlags::Schedule() const {
+  const std::vector<std::string> given = Given();
+  const bool set = std::find(given.begin(), given.end(), "--lr_schedule") != given.end();
+  return config_.model == "wide_deep" && !set ? kWideDeepSchedule : schedule_;
 }
 
 std::vector<std::string> TrainingFlags::Given() const {
@@ -178,7 +187,9 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--lr_power", lr_power_, "ftrl (default -0.5)");
   app->add_option("--clip_norm", clip_norm_, "clip each gradient to this L2 norm (0 = off)")
       ->capture_default_str();
-  app->add_option("--lr_schedule", schedule_, "constant, step or cosine")->capture_default_str();
+  app->add_option("--lr_schedule", schedule_,
+                  absl::StrCat("constant, step or cosine (wide_deep: ", kWideDeepSchedule, ")"))
+      ->capture_default_str();
   app->add_option("--lr_step_size", step_size_, "step schedule: steps between decays");
   app->add_option("--lr_decay_rate", decay_rate_, "step schedule: factor per decay");
   app->add_option("--warmup_steps", warmup_steps_, "cosine schedule: linear warm-up steps");
@@ -228,7 +239,7 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
   o.set_l2(l2_);
   o.set_clip_norm(clip_norm_);
   LearningRateSchedule* s = o.mutable_schedule();
-  s->set_kind(schedule_);
+  s->set_kind(Schedule());
   s->set_step_size(step_size_);
   s->set_decay_rate(decay_rate_);
   s->set_warmup_steps(warmup_steps_);

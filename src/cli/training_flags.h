@@ -27,6 +27,8 @@ class TrainingFlags {
   // The value of the flag that decides whether others apply: --optimizer, --lr_schedule, --mode
   // or --model.
   std::string ValueOf(const std::string& flag) const;
+  // --lr_schedule, or the model's default when it is not given.
+  std::string Schedule() const;
 
   std::vector<CLI::Option*> options_;  // every flag AddTo defined, owned by the app
   JobConfig config_;

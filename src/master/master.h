@@ -26,7 +26,7 @@ struct JobConfig {
   double holdout = 0.1;
   bool skip_bad_lines = false;  // a malformed data line is skipped and counted, not an error
   std::vector<int> hidden = {256, 128};  // mlp, and the deep part of wide_deep
-  int embedding_dim = 8;                 // wide_deep
+  int embedding_dim = 16;                // wide_deep
   bool shared_embedding = false;         // wide_deep: one table for every categorical field
   // The model's embedding tables (proto TableDef): their optimizer ("adagrad", learning rate
   // 0.1 unless set), admission and eviction. The caps are for the whole table; each PS task

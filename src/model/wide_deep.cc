@@ -18,6 +18,35 @@
 namespace pstrain {
 namespace {
 
+// The tables' optimizers and the embeddings' initial scale, measured on gen-criteo's 1,000,000
+// rows (held-out AUC; one table optimizer for all, Adagrad 0.1 at dim 8, reached 0.839):
+//  - the wide part as in Cheng et al.: FTRL-Proximal, whose L2 term is a prior that keeps the
+//    weight of a value seen a few times near zero (+0.0015 over Adagrad); the initial
+//    accumulator, tiny against the squared gradients of a batch's mean loss, leaves the
+//    learning rate alone;
+//  - the embeddings Adagrad with an initial accumulator of 1e-5, about one batch's squared
+//    gradient, so a rare value's first update is damped rather than a full learning rate
+//    (+0.003), and first rows a quarter of 1/sqrt(dim), so that rare and unseen values add little
+//    noise to the dot products (+0.0015).
+constexpr double kWideLr = 0.1, kWideL2 = 0.05, kDeepLr = 0.05, kEmbeddingScale = 0.25;
+
+TableOptimizer WideOptimizer() {
+  TableOptimizer o;
+  o.name = "ftrl";
+  o.learning_rate = kWideLr;
+  o.initial_accumulator_value = 1e-6;
+  o.l2 = kWideL2;
+  return o;
+}
+
+TableOptimizer DeepOptimizer() {
+  TableOptimizer o;
+  o.name = "adagrad";
+  o.learning_rate = kDeepLr;
+  o.initial_accumulator_value = 1e-5;
+  return o;
+}
+
 class WideDeepModel final : public Model {
  public:
   explicit WideDeepModel(const ModelConfig& c)
@@ -35,14 +64,15 @@ class WideDeepModel final : public Model {
       params_.push_back({absl::StrCat("deep/dense", i, "/kernel"), {widths_[i], widths_[i + 1]}});
       params_.push_back({absl::StrCat("deep/dense", i, "/bias"), {widths_[i + 1]}});
     }
-    tables_.push_back({"wide", 1, Initializer{}});
+    tables_.push_back({"wide", 1, Initializer{}, WideOptimizer()});
     Initializer emb;
     emb.kind = "truncated_normal";
-    emb.stddev = 1.0 / std::sqrt(static_cast<double>(dim_));
+    emb.stddev = kEmbeddingScale / std::sqrt(static_cast<double>(dim_));
     const int tables = shared_ ? 1 : fields_;
     for (int t = 0; t < tables; ++t) {
       emb.seed = 1000 + t;
-      tables_.push_back({shared_ ? "embedding" : absl::StrCat("embedding/C", t + 1), dim_, emb});
+      tables_.push_back(
+          {shared_ ? "embedding" : absl::StrCat("embedding/C", t + 1), dim_, emb, DeepOptimizer()});
     }
     acts_.resize(widths_.size() - 1);
     dacts_.resize(widths_.size() - 1);
