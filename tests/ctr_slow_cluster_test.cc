@@ -1,9 +1,10 @@
 // The CTR job on a generated 1,000,000-row file, about two minutes on two cores (run it alone:
 // ctest -R CtrSlow): `pstrain launch --ps 2 --workers 2 --model wide_deep --data criteo:FILE`
-// prints the held-out AUC and log loss. The goal is an AUC within 0.01 of the ground truth's
-// (0.857). Wide & Deep with its dot-product interaction reaches about 0.839 (log loss 0.409) with
-// the default flags; the model without the interaction reached about 0.82, more than 0.03 short.
-// So this guards the level reached: within kMargin of the ground truth.
+// with the default flags prints the held-out AUC and log loss, and the AUC must be within 0.01
+// of the ground truth's (0.857): issue 7's acceptance. Measured: 0.8486, 0.8485 and 0.8485
+// against 0.8572 (log loss 0.398), under a minute of training. The defaults before the tables
+// had optimizers of their own (every table Adagrad 0.1, embedding dim 8, constant dense rate)
+// reached 0.839, which fails this test.
 #include "ctr_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,11 +14,11 @@ namespace {
 
 using namespace pstrain::testing;
 
-constexpr double kMargin = 0.025;
+constexpr double kMargin = 0.01;
 
 class CtrSlowClusterTest : public ProcessTest {};
 
-TEST_F(CtrSlowClusterTest, WideDeepOnAMillionRowsKeepsItsDistanceToTheCeiling) {
+TEST_F(CtrSlowClusterTest, WideDeepOnAMillionRowsComesWithinAHundredthOfTheCeiling) {
   const GeneratedCriteo data = GenerateCriteo(dir_, 1000000);
   Result r = RunTagged(Launch({"--model", "wide_deep", "--data", "criteo:" + data.path}), {}, 1800);
   nlohmann::json j = ResultOf(r);
