@@ -19,9 +19,9 @@ using namespace pstrain::testing;
 // Rows of the generated file: enough for the model to learn the pairwise interactions, small
 // enough to train in about a minute on two cores.
 constexpr int64_t kRows = 200000;
-// How far below the ground truth's AUC the held-out AUC may be at kRows rows: measured 0.039
-// below (0.818 against 0.856); with five times the rows, ctr_slow_cluster_test's file, the gap
-// is under 0.02.
+// How far below the ground truth's AUC the held-out AUC may be at kRows rows: measured 0.029
+// below (0.828 against 0.856, twice); with five times the rows, ctr_slow_cluster_test's file,
+// the gap is under 0.01.
 constexpr double kMargin = 0.055;
 
 class CtrClusterTest : public ProcessTest {};
@@ -62,9 +62,13 @@ TEST_F(CtrClusterTest, WideDeepApproachesTheCeilingAndReportsTables) {
 
 TEST_F(CtrClusterTest, WideDeepSyncTrainsEveryStepAndCapsTables) {
   const GeneratedCriteo data = GenerateCriteo(dir_, 20000);
-  Result r = RunTagged(Launch({"--model", "wide_deep", "--data", "criteo:" + data.path, "--mode",
-                               "sync", "--epochs", "1", "--table_max_rows", "2000"}),
-                       {}, 600);
+  // One optimizer for every table (--table_optimizer): wide_deep's own, FTRL with an L2 prior on
+  // the wide table and damped Adagrad on the embeddings, are made for a full-size log and learn
+  // too little from 36 steps (held-out AUC 0.57 against 0.70 with plain Adagrad).
+  Result r = RunTagged(
+      Launch({"--model", "wide_deep", "--data", "criteo:" + data.path, "--mode", "sync", "--epochs",
+              "1", "--table_max_rows", "2000", "--table_optimizer", "adagrad"}),
+      {}, 600);
   nlohmann::json j = ResultOf(r);
   ASSERT_TRUE(j.contains("auc")) << j;
   EXPECT_GT(j["auc"].get<double>(), 0.65) << j;  // chance is 0.5
