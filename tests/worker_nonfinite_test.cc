@@ -11,7 +11,7 @@ namespace {
 
 TEST(NonFiniteTest, NamesTheVariableOrTheTableAndKey) {
   const std::vector<ParamSpec> params = {{"wide/bias", {1}}, {"deep/kernel", {2, 2}}};
-  const std::vector<TableSpec> tables = {{"wide", 1, {}}, {"embedding/C1", 2, {}}};
+  const std::vector<TableSpec> tables = {{"wide", 1, {}, {}}, {"embedding/C1", 2, {}, {}}};
   const std::vector<std::vector<uint64_t>> keys = {{5, 9}, {7, 11, 13}};
   ModelGrads g;
   g.params = {Tensor({1}, 0.5f), Tensor({2, 2}, 0.0f)};
