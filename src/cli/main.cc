@@ -128,6 +128,26 @@ int main(int argc, char** argv) {
   srv->add_option("--log_level", log_level, absl::StrJoin(kLogLevels, ", "))
       ->check(CLI::IsMember(kLogLevels))
       ->capture_default_str();
+  srv->add_option("--tls_cert", server.security.tls_cert,
+                  "PEM certificate: TLS on every channel and server (env PSTRAIN_TLS_CERT)");
+  srv->add_option("--tls_key", server.security.tls_key,
+                  "PEM private key of --tls_cert (env PSTRAIN_TLS_KEY)");
+  srv->add_option("--tls_ca", server.security.tls_ca,
+                  "PEM CA that signs every task's certificate: mutual TLS (env PSTRAIN_TLS_CA)");
+  srv->add_option("--auth_token_file", server.security.auth_token_file,
+                  "file with the job token every request carries and every server checks (env "
+                  "PSTRAIN_AUTH_TOKEN_FILE, or the token itself in PSTRAIN_AUTH_TOKEN)");
+  srv->add_option("--metrics_port", server.metrics_port,
+                  "HTTP port for /metrics, /healthz and (chief) the status page; 0 = off")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  srv->add_option("--metrics_linger", server.metrics_linger_s,
+                  "seconds the HTTP listener stays up after the job ended")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  srv->add_option("--log_format", server.log_format, "text or json (one JSON object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   server_training.AddTo(srv);
 
   pstrain::LaunchOptions launch;
@@ -148,6 +168,16 @@ int main(int argc, char** argv) {
   lch->add_option("--log_dir", launch.log_dir,
                   "a log file per task here, <job>-<index>.log (default with -- COMMAND: a new "
                   "directory under $TMPDIR)");
+  lch->add_flag(
+      "--tls", launch.tls,
+      "TLS between the tasks, with a throw-away CA and certificates in the log directory");
+  lch->add_option("--auth_token_file", launch.auth_token_file,
+                  "the job token (default: a new random token per launch)");
+  lch->add_flag("--metrics", launch.metrics,
+                "an HTTP listener (/metrics, the chief's status page) on a free port per task");
+  lch->add_option("--log_format", launch.log_format, "text or json, for every task")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   const std::vector<std::string> launch_only = FlagNames(lch);
   launch_training.AddTo(lch);
 

@@ -2,7 +2,9 @@
 // does not parse gets INVALID_ARGUMENT naming the method and message type (gRPC's own parsing
 // answers UNIMPLEMENTED with an empty message), and serialises each response itself after
 // checking its size (a response too large to encode would abort the process inside gRPC).
-// Every service of pstrain (ParameterServerService, MasterService, WorkerService) uses it.
+// Every service of pstrain (ParameterServerService, MasterService, WorkerService) uses it, so it
+// is also the one place where a call's job token is checked (security.h) before its handler
+// runs, and where every call is counted for /metrics (rpc_metrics.h).
 #pragma once
 
 #include <memory>
@@ -12,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/rpc.h"
+#include "common/rpc_metrics.h"
+#include "common/security.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -37,14 +41,22 @@ grpc::ServerUnaryReactor* ServeRaw(grpc::CallbackServerContext* ctx,
                                    const grpc::ByteBuffer* raw_req, grpc::ByteBuffer* raw_resp,
                                    absl::string_view method, Handler&& handler) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const absl::Time start = absl::Now();
+  const size_t request_bytes = raw_req->Length();
+  absl::Status s = CheckCallToken(*ctx, method);
   auto call = std::make_shared<std::pair<Request, Response>>();
-  if (absl::Status s = ParseRequest(*raw_req, method, &call->first); !s.ok()) {
+  if (s.ok()) s = ParseRequest(*raw_req, method, &call->first);
+  if (!s.ok()) {
+    ObserveServedRpc(method, s.code(), request_bytes, 0, absl::Now() - start);
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
   handler(call->first, &call->second,
-          [reactor, call, raw_resp, method = std::string(method)](absl::Status s) {
+          [reactor, call, raw_resp, start, request_bytes,
+           method = std::string(method)](absl::Status s) {
             if (s.ok()) s = SerializeResponse(call->second, method, raw_resp);
+            ObserveServedRpc(method, s.code(), request_bytes, s.ok() ? raw_resp->Length() : 0,
+                             absl::Now() - start);
             reactor->Finish(ToGrpcStatus(s));  // may delete the call's gRPC state; `call` is ours
           });
   return reactor;

@@ -7,8 +7,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -45,6 +47,34 @@ void RouteGrpcLogging() {
   });
 }
 
+// Adds the job token to the initial metadata of every call on a channel.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string* value) : value_(value) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kTokenMetadataKey, *value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* value_;  // owned by the factory, which outlives the channel's calls
+};
+
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(const std::string& token) : value_(kTokenPrefix + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new TokenInterceptor(&value_);  // gRPC owns and deletes the interceptor
+  }
+
+ private:
+  const std::string value_;
+};
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
@@ -77,7 +107,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // small minimum would cut off handshakes with a peer that is slow to answer under load.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const std::shared_ptr<const Security> security = GetSecurity();
+  if (security->token.empty()) {
+    return grpc::CreateCustomChannel(address, MakeChannelCredentials(), args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> token;
+  token.push_back(std::make_unique<TokenInterceptorFactory>(security->token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, MakeChannelCredentials(),
+                                                                 args, std::move(token));
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
@@ -85,7 +122,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   RouteGrpcLogging();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, MakeServerCredentials(), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

@@ -23,12 +23,13 @@ absl::Status FromGrpcStatus(const grpc::Status& s);
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
                             const std::string& address);
 
-// An insecure channel to host:port with pstrain's message size limits. It reconnects quickly
+// A channel to host:port with this process's security (security.h: TLS, and the job token on
+// every call) and pstrain's message size limits. It reconnects quickly
 // (100 ms growing to 1 s) and gives each connection attempt gRPC's default 20 s. The first
 // channel or server routes gRPC's own log lines to spdlog at debug level.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// Builds a server on `address` with pstrain's limits; SO_REUSEPORT is off so a port already in
+// Builds a server on `address` with this process's security (TLS) and pstrain's limits; SO_REUSEPORT is off so a port already in
 // use is an error instead of a silent second listener. Returns the error naming the address.
 // `bound_port`, if given, receives the port listened on (the one picked for port 0).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps.pb.h"
 
@@ -75,11 +77,63 @@ struct JobConfig {
   absl::Status ValidateTables() const;
 };
 
+// A live view of the job, for the chief's status page and /metrics: RunJob keeps it current
+// (at least once a second while the job runs), readers take copies.
+struct JobStatus {
+  struct Task {
+    std::string job;  // "chief", "ps" or "worker"
+    int index = 0;
+    std::string address;
+    std::string state;  // "waiting" (not registered), "running", "done", "failed", "lost"
+    double seconds_since_seen = -1;  // since its last message to the chief; -1 = never
+    int64_t steps = 0;               // a worker's steps so far
+  };
+  struct Shard {       // one placed variable shard
+    std::string name;  // "dense_1/kernel" or "dense_1/kernel/part_0"
+    int ps = 0;
+    int64_t bytes = 0;
+  };
+  struct LossPoint {
+    double seconds = 0;  // since training started
+    int64_t step = 0;
+    double loss = 0;
+  };
+  // "starting" (waiting for tasks), "running", "evaluating", "succeeded" or "failed".
+  std::string state = "starting";
+  std::string error;  // why it failed
+  std::string mode, model;
+  int epoch = 0, epochs = 0;  // epoch from 1; 0 = not known (external)
+  int64_t global_step = 0;
+  int64_t total_steps = 0;  // 0 = not known
+  double examples_per_sec = 0;
+  double loss = 0;
+  double elapsed_seconds = 0;
+  double eta_seconds = -1;  // -1 = not known
+  int workers_alive = 0;
+  std::vector<Task> tasks;  // the chief, then every ps, then every worker
+  std::vector<Shard> placement;
+  std::vector<int64_t> ps_bytes;      // bytes placed on each PS
+  std::vector<int64_t> ps_pushes;     // pushes each PS applied so far (as last collected)
+  std::vector<LossPoint> loss_curve;  // at most a few hundred points, evenly thinned
+};
+
+// Holds the latest JobStatus. Thread-safe.
+class JobMonitor {
+ public:
+  void Update(const std::function<void(JobStatus*)>& change);
+  JobStatus Snapshot() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  JobStatus status_ ABSL_GUARDED_BY(mu_);
+};
+
 struct MasterOptions {
   std::string listen_address;             // where MasterService listens
   std::vector<std::string> ps_addresses;  // by task index
   std::vector<std::string> worker_addresses;
   JobConfig job;
+  JobMonitor* monitor = nullptr;  // if set, RunJob keeps it current; must outlive RunJob
 };
 
 struct JobResult {

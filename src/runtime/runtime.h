@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/security.h"
 #include "master/master.h"
 
 namespace pstrain {
@@ -48,6 +49,13 @@ struct ServerOptions {
   // The chief stops the job on SIGINT and SIGTERM (signals.h) while it runs. A chief inside a
   // process that handles its own signals (the Python module) turns this off.
   bool stop_on_signals = true;
+  SecurityFlags security;  // TLS and the job token of every channel and server (security.h)
+  // The task's HTTP listener (/metrics, /healthz; the chief's status page at /): its port on the
+  // task's host, 0 = none. It stays up `metrics_linger_s` after the job ended, so that a
+  // scraper can read the final counters.
+  int metrics_port = 0;
+  double metrics_linger_s = 0;
+  std::string log_format = "text";  // text, or json: one JSON object per log line
 };
 
 // Runs this process's role until the job ends. The chief prints progress to stderr and the
@@ -70,6 +78,12 @@ struct LaunchOptions {
   // launcher's own stdout and stderr, unless there is a worker command; then the logs go to a
   // new directory pstrain-launch-XXXXXX under $TMPDIR (or /tmp), which is left for reading.
   std::string log_dir;
+  // Security of the local cluster: a job token is generated for every launch (or read from
+  // `auth_token_file`), and with `tls` a throw-away CA and a certificate for every task.
+  bool tls = false;
+  std::string auth_token_file;
+  bool metrics = false;             // every task gets an HTTP listener on a free port, printed
+  std::string log_format = "text";  // of every task, and of the launcher's own messages
 };
 
 // Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started (and the

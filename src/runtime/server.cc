@@ -8,8 +8,12 @@
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
 #include "ps/ps.h"
+#include "runtime/http_listener.h"
+#include "runtime/log_format.h"
 #include "runtime/runtime.h"
 #include "runtime/signals.h"
+#include "runtime/status_page.h"
+#include "runtime/task_metrics.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
 
@@ -109,9 +113,25 @@ ShutdownFn RecordShutdown(const ServerOptions& o, JobEnd* end) {
   };
 }
 
-absl::Status RunPs(const ServerOptions& o, const std::string& address) {
+// The task's HTTP listener, if it has one, and what the chief's pages read. It outlives the
+// role, so that it can linger after the job (--metrics_linger).
+struct TaskHttp {
+  std::unique_ptr<HttpListener> listener;
+  JobMonitor monitor;
+
+  // Adds /metrics from `source` (and on the chief the status page) and starts serving.
+  void Serve(MetricsSource source) {
+    if (listener == nullptr) return;
+    ServeMetrics(listener.get(), source);
+    if (source.monitor != nullptr) ServeStatusPage(listener.get(), source.monitor);
+    listener->Serve();
+  }
+};
+
+absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp* http) {
   absl::StatusOr<std::unique_ptr<ParameterServer>> ps = ParameterServer::Create({.task = o.task});
   if (!ps.ok()) return ps.status();
+  http->Serve({.task = TaskName(o.job, o.task), .ps = ps->get()});
   JobEnd end;
   std::unique_ptr<grpc::Service> service =
       MakeParameterServerService(ps->get(), RecordShutdown(o, &end));
@@ -123,7 +143,7 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address) {
       [&] { (*ps)->Stop(); });
 }
 
-absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
+absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskHttp* http) {
   WorkerOptions wo;
   wo.task = o.task;
   wo.ps_addresses = o.cluster.Tasks("ps");
@@ -131,13 +151,16 @@ absl::Status RunWorker(const ServerOptions& o, const std::string& address) {
   JobEnd end;
   absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, RecordShutdown(o, &end));
   if (!worker.ok()) return worker.status();
+  http->Serve({.task = TaskName(o.job, o.task), .worker = worker->get()});
   return Serve(o, address, {(*worker)->service()}, &end, [&](const RegisterResponse& r) {
     if (r.chief_incarnation() != 0) (*worker)->ExpectChief(r.chief_incarnation());
   });
 }
 
-absl::Status RunChief(const ServerOptions& o, const std::string& address) {
+absl::Status RunChief(const ServerOptions& o, const std::string& address, TaskHttp* http) {
   MasterOptions mo;
+  mo.monitor = &http->monitor;
+  http->Serve({.task = TaskName(o.job, o.task), .monitor = &http->monitor});
   mo.listen_address = ListenAddress(address);
   mo.ps_addresses = o.cluster.Tasks("ps");
   mo.worker_addresses = o.cluster.Tasks("worker");
@@ -155,18 +178,35 @@ absl::Status RunChief(const ServerOptions& o, const std::string& address) {
 }  // namespace
 
 int RunServer(const ServerOptions& o) {
+  SetLogFormat(o.log_format, TaskName(o.job, o.task));
   absl::StatusOr<std::string> address = o.cluster.Address(o.job, o.task);
   absl::Status s = address.status();
   if (s.ok()) {
+    absl::StatusOr<Security> security = LoadSecurity(o.security);
+    s = security.status();
+    if (s.ok()) SetSecurity(*std::move(security));
+  }
+  TaskHttp http;
+  if (s.ok() && o.metrics_port != 0) {
+    const std::string listen = ListenAddress(*address);
+    absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Bind(
+        listen.substr(0, listen.rfind(':')), o.metrics_port, GetSecurity()->token);
+    s = listener.status();
+    if (s.ok()) http.listener = *std::move(listener);
+  }
+  if (s.ok()) {
     if (o.job == "ps") {
-      s = RunPs(o, *address);
+      s = RunPs(o, *address, &http);
     } else if (o.job == "worker") {
-      s = RunWorker(o, *address);
+      s = RunWorker(o, *address, &http);
     } else if (o.job == "chief") {
-      s = RunChief(o, *address);
+      s = RunChief(o, *address, &http);
     } else {
       s = absl::InvalidArgumentError(absl::StrCat("job \"", o.job, "\" cannot run a server here"));
     }
+  }
+  if (http.listener != nullptr && o.metrics_linger_s > 0) {
+    absl::SleepFor(absl::Seconds(o.metrics_linger_s));
   }
   if (!s.ok()) {
     std::fprintf(stderr, "pstrain %s: error: %s\n", TaskName(o.job, o.task).c_str(),

@@ -1,0 +1,25 @@
+// The /metrics of a task, in Prometheus's text format: what every task serves (RPCs, bytes,
+// memory) and what its role adds. Internal to src/runtime.
+#pragma once
+
+#include "master/master.h"
+#include "runtime/http_listener.h"
+
+namespace pstrain {
+
+class ParameterServer;
+class Worker;
+
+// What a task's metrics are read from; the pointers not null for its role, and valid while the
+// listener serves.
+struct MetricsSource {
+  std::string task;  // "ps:0"
+  ParameterServer* ps = nullptr;
+  Worker* worker = nullptr;
+  const JobMonitor* monitor = nullptr;  // the chief's
+};
+
+// Adds /metrics (open, without the token) to `listener`.
+void ServeMetrics(HttpListener* listener, const MetricsSource& source);
+
+}  // namespace pstrain
