@@ -123,6 +123,7 @@ class ParameterServerImpl final : public ParameterServer {
   absl::Status PushSparse(const PushSparseRequest& req, PushSparseResponse* resp) override;
   absl::Status Leave(const LeaveRequest& req, LeaveResponse* resp) override;
   absl::Status Stats(const StatsRequest& req, StatsResponse* resp) override;
+  void ReadMetrics(StatsResponse* stats, std::vector<VariableState>* variables) override;
   absl::Status CheckShutdown(const ShutdownRequest& req) override;
   void Stop() override { consistency_.Stop(); }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -127,6 +128,15 @@ class ParameterServer {
   // sparse push counts in pushes_by_worker, stale_dropped, dropped_by_worker and
   // nonfinite_rejected as a dense push does, and lookups that waited in pulls_waited.
   virtual absl::Status Stats(const StatsRequest& req, StatsResponse* resp) = 0;
+  // What the task's own /metrics reads, without Stats's sender check: the counters of Stats
+  // and, sorted by name, each variable's version and bytes in memory (values, optimizer slots
+  // and a sync step's accumulator).
+  struct VariableState {
+    std::string name;
+    uint64_t version = 0;
+    int64_t bytes = 0;
+  };
+  virtual void ReadMetrics(StatsResponse* stats, std::vector<VariableState>* variables) = 0;
   // OK if `req` may end the job: from the chief, with a reason within kMaxTextBytes. The gRPC
   // service calls it before its ShutdownFn.
   virtual absl::Status CheckShutdown(const ShutdownRequest& req) = 0;

@@ -2,6 +2,8 @@
 // memory) and what its role adds. Internal to src/runtime.
 #pragma once
 
+#include <string>
+
 #include "master/master.h"
 #include "runtime/http_listener.h"
 
@@ -19,7 +21,12 @@ struct MetricsSource {
   const JobMonitor* monitor = nullptr;  // the chief's
 };
 
-// Adds /metrics (open, without the token) to `listener`.
+// The task's metrics page (docs/metrics.md lists every metric): the process's (build, task,
+// memory, CPU), the RPCs it served (common/rpc_metrics.h), and its role's.
+std::string MetricsPage(const MetricsSource& source);
+
+// Adds /metrics (the page) and /healthz (200 "ok" while the listener serves) to `listener`,
+// both open, without the token.
 void ServeMetrics(HttpListener* listener, const MetricsSource& source);
 
 }  // namespace pstrain

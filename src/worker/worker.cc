@@ -42,6 +42,11 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
 
   grpc::Service* service() override { return this; }
 
+  Progress progress() const override {
+    absl::MutexLock lock(&progress_mu_);
+    return progress_;
+  }
+
   void ExpectChief(uint64_t incarnation) override {
     absl::MutexLock lock(&mu_);
     chief_incarnation_ = incarnation;
@@ -161,8 +166,26 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     topts.stop = &stop_;
     topts.cancel = &cancel_;
     const absl::Duration timeout = absl::Seconds(spec.rpc_timeout_s());
-    topts.report = [this, timeout](const ProgressRequest& r) { return Report(r, timeout); };
+    topts.report = [this, timeout](const ProgressRequest& r) {
+      RecordProgress(r);
+      return Report(r, timeout);
+    };
     Train(spec, *data, topts);
+  }
+
+  void RecordProgress(const ProgressRequest& r) {
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&progress_mu_);
+    const double seconds = absl::ToDoubleSeconds(now - progress_at_);
+    if (progress_at_ != absl::InfinitePast() && seconds > 0) {
+      progress_.examples_per_sec = (r.examples() - progress_.examples) / seconds;
+    }
+    progress_at_ = now;
+    progress_.steps = r.steps();
+    progress_.examples = r.examples();
+    progress_.epoch = r.epoch();
+    progress_.loss = r.loss();
+    progress_.done = r.done();
   }
 
   // Sends a report, retrying within `timeout` (the job's task timeout), so that a chief that is
@@ -201,6 +224,10 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   std::atomic<bool> stop_{false};
   CallCanceller cancel_;  // ends the trainer's calls in flight when the job ends
   std::once_flag shutdown_once_;
+
+  mutable absl::Mutex progress_mu_;
+  Progress progress_ ABSL_GUARDED_BY(progress_mu_);
+  absl::Time progress_at_ ABSL_GUARDED_BY(progress_mu_) = absl::InfinitePast();
 
   absl::Mutex mu_;
   uint64_t chief_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not known yet

@@ -35,6 +35,18 @@ class Worker {
   // otherwise). Until it is called, the first chief call's incarnation is the one obeyed.
   // Thread-safe.
   virtual void ExpectChief(uint64_t incarnation) = 0;
+
+  // The training so far, as of the last progress report to the chief (every report_every steps
+  // and at the end), for the task's /metrics. Thread-safe.
+  struct Progress {
+    int64_t steps = 0;
+    int64_t examples = 0;
+    int epoch = 0;                // in progress, from 0
+    double loss = 0;              // mean over the steps of the last report
+    double examples_per_sec = 0;  // between the last two reports
+    bool done = false;
+  };
+  virtual Progress progress() const = 0;
 };
 
 }  // namespace pstrain
