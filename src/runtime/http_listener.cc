@@ -20,8 +20,35 @@ bool HasToken(const httplib::Request& req, const std::string& token) {
   return req.has_param("token") && TokenMatches(req.get_param_value("token"), token);
 }
 
+// Headers of a request, all together, past which it gets 431; a single line over cpp-httplib's
+// own limit (8 KiB) gets its 400 before the peer is known.
+constexpr size_t kMaxHeaderBytes = 16 * 1024;
+
 std::string Peer(const httplib::Request& req) {
+  if (req.remote_addr.empty()) return "a peer whose request did not parse";
   return absl::StrCat(req.remote_addr, ":", req.remote_port);
+}
+
+// 405 for a method other than GET (and HEAD), 431 for too many header bytes; before routing,
+// so neither reads a body.
+httplib::Server::HandlerResponse Refuse(const httplib::Request& req, httplib::Response& res) {
+  size_t header_bytes = 0;
+  for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;
+  if (req.method != "GET" && req.method != "HEAD") {
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content(
+        absl::StrCat("405 Method Not Allowed: ", req.method, " ", req.path, " (only GET)\n"),
+        "text/plain; charset=utf-8");
+  } else if (header_bytes > kMaxHeaderBytes) {
+    res.status = 431;
+    res.set_content(absl::StrCat("431 Request Header Fields Too Large: ", header_bytes,
+                                 " bytes, over the limit of ", kMaxHeaderBytes, "\n"),
+                    "text/plain; charset=utf-8");
+  } else {
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+  return httplib::Server::HandlerResponse::Handled;
 }
 
 }  // namespace
@@ -40,6 +67,7 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Bind(const std::stri
   l->server_->set_read_timeout(5, 0);
   l->server_->set_write_timeout(5, 0);
   l->server_->set_payload_max_length(64 * 1024);
+  l->server_->set_pre_routing_handler(Refuse);
   l->server_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
     if (res.status >= 400) {
       spdlog::warn("http {} {} from {}: {}", req.method, req.path, Peer(req), res.status);
