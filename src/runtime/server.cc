@@ -1,6 +1,7 @@
 // RunServer: one process of the cluster, in the role its task names.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -104,8 +105,9 @@ absl::Status Serve(
   return s.ok() ? end->Outcome() : s;
 }
 
-// Logs the chief's Shutdown and records it.
-ShutdownFn RecordShutdown(const ServerOptions& o, JobEnd* end) {
+// Logs the chief's Shutdown and records it. `end` is shared: a worker (kept for its metrics) may
+// still report the loss of its chief after its run returned.
+ShutdownFn RecordShutdown(const ServerOptions& o, std::shared_ptr<JobEnd> end) {
   return [&o, end](const std::string& reason, bool succeeded) {
     spdlog::info("{} shutting down ({}): {}", TaskName(o.job, o.task),
                  succeeded ? "job succeeded" : "job failed", reason);
@@ -113,11 +115,14 @@ ShutdownFn RecordShutdown(const ServerOptions& o, JobEnd* end) {
   };
 }
 
-// The task's HTTP listener, if it has one, and what the chief's pages read. It outlives the
-// role, so that it can linger after the job (--metrics_linger).
+// The task's HTTP listener, if it has one, and what its pages read: the chief's monitor, the
+// PS or the worker. They outlive the role's run, so that the listener can linger after the job
+// (--metrics_linger) with the final counters; the listener is stopped first.
 struct TaskHttp {
-  std::unique_ptr<HttpListener> listener;
   JobMonitor monitor;
+  std::unique_ptr<ParameterServer> ps;
+  std::unique_ptr<Worker> worker;
+  std::unique_ptr<HttpListener> listener;
 
   // Adds /metrics from `source` (and on the chief the status page) and starts serving.
   void Serve(MetricsSource source) {
@@ -129,18 +134,19 @@ struct TaskHttp {
 };
 
 absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp* http) {
-  absl::StatusOr<std::unique_ptr<ParameterServer>> ps = ParameterServer::Create({.task = o.task});
-  if (!ps.ok()) return ps.status();
-  http->Serve({.task = TaskName(o.job, o.task), .ps = ps->get()});
-  JobEnd end;
-  std::unique_ptr<grpc::Service> service =
-      MakeParameterServerService(ps->get(), RecordShutdown(o, &end));
+  absl::StatusOr<std::unique_ptr<ParameterServer>> created =
+      ParameterServer::Create({.task = o.task});
+  if (!created.ok()) return created.status();
+  ParameterServer* ps = (http->ps = *std::move(created)).get();
+  http->Serve({.task = TaskName(o.job, o.task), .ps = ps});
+  auto end = std::make_shared<JobEnd>();
+  std::unique_ptr<grpc::Service> service = MakeParameterServerService(ps, RecordShutdown(o, end));
   return Serve(
-      o, address, {service.get()}, &end,
+      o, address, {service.get()}, end.get(),
       [&](const RegisterResponse& r) {
-        if (r.chief_incarnation() != 0) (*ps)->ExpectChief(r.chief_incarnation());
+        if (r.chief_incarnation() != 0) ps->ExpectChief(r.chief_incarnation());
       },
-      [&] { (*ps)->Stop(); });
+      [&] { ps->Stop(); });
 }
 
 absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskHttp* http) {
@@ -148,12 +154,13 @@ absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskH
   wo.task = o.task;
   wo.ps_addresses = o.cluster.Tasks("ps");
   wo.chief_address = o.cluster.Tasks("chief")[0];
-  JobEnd end;
-  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(wo, RecordShutdown(o, &end));
-  if (!worker.ok()) return worker.status();
-  http->Serve({.task = TaskName(o.job, o.task), .worker = worker->get()});
-  return Serve(o, address, {(*worker)->service()}, &end, [&](const RegisterResponse& r) {
-    if (r.chief_incarnation() != 0) (*worker)->ExpectChief(r.chief_incarnation());
+  auto end = std::make_shared<JobEnd>();
+  absl::StatusOr<std::unique_ptr<Worker>> created = Worker::Create(wo, RecordShutdown(o, end));
+  if (!created.ok()) return created.status();
+  Worker* worker = (http->worker = *std::move(created)).get();
+  http->Serve({.task = TaskName(o.job, o.task), .worker = worker});
+  return Serve(o, address, {worker->service()}, end.get(), [&](const RegisterResponse& r) {
+    if (r.chief_incarnation() != 0) worker->ExpectChief(r.chief_incarnation());
   });
 }
 
