@@ -285,14 +285,18 @@ class Job {
   // Sums the reports into *result; true once every worker is done.
   bool Summarize(const std::vector<WorkerProgress>& progress, JobResult* result) const {
     bool all_done = true;
-    double loss = 0;
+    double loss = 0;  // the mean of the workers that reported a step
+    int reporting = 0;
     int64_t max_steps = 0;
     result->steps = result->examples = result->nonfinite_skipped = result->worker_pushes = 0;
     result->worker_steps.clear();
     result->worker_stale_steps.clear();
     for (const WorkerProgress& p : progress) {
       all_done = all_done && p.done;
-      loss += p.loss / progress.size();
+      if (p.steps > 0) {
+        loss += p.loss;
+        ++reporting;
+      }
       result->steps += p.steps;
       result->examples += p.examples;
       result->nonfinite_skipped += p.nonfinite_skipped;
@@ -301,7 +305,7 @@ class Job {
       result->worker_stale_steps.push_back(p.stale_dropped);
       max_steps = std::max(max_steps, p.steps);
     }
-    result->final_loss = loss;
+    result->final_loss = reporting > 0 ? loss / reporting : 0;
     // Sync: every worker steps with the model, so the fastest is at the global step. Async and
     // ssp: every push is an update.
     result->global_step = config_.mode == "sync" ? max_steps : result->worker_pushes;
