@@ -41,6 +41,8 @@ Coordinator::Coordinator(std::vector<std::string> ps_addresses, int num_workers,
       sweep_interval_(sweep_interval),
       ps_(num_ps_),
       workers_(num_workers),
+      ps_seen_(num_ps_, absl::InfinitePast()),
+      workers_seen_(num_workers, absl::InfinitePast()),
       progress_(num_workers),
       sweeper_([this] { SweepLoop(); }) {}
 
@@ -91,6 +93,7 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
                      registered.incarnation(), "); this job does not accept restarted tasks"));
   }
   registered = s;
+  (s.job() == "ps" ? ps_seen_ : workers_seen_)[s.task()] = absl::Now();
   resp->set_mode(mode_);
   resp->set_chief_incarnation(chief_incarnation_);
   for (const std::string& a : ps_addresses_) resp->add_ps_addresses(a);
@@ -205,6 +208,7 @@ void Coordinator::Barrier(const BarrierRequest& req, BarrierCall call) {
           "barrier \"", req.name(), "\": ", kMaxOpenBarriers, " barriers are open already"));
     } else {
       const int task = req.sender().task();
+      workers_seen_[task] = absl::Now();
       BarrierState& b = barriers_[req.name()];
       if (auto old = b.arrivals.find(task); old != b.arrivals.end()) {
         finished.emplace_back(std::move(old->second.done),
@@ -277,6 +281,7 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
       return s;
     }
     if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
+    workers_seen_[req.sender().task()] = absl::Now();
     fn = create_variable_;
   }
   if (!fn) {
@@ -304,6 +309,7 @@ absl::Status Coordinator::CreateTable(const CreateTableRequest& req, CreateTable
       return s;
     }
     if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
+    workers_seen_[req.sender().task()] = absl::Now();
     fn = create_table_;
   }
   if (!fn) {
@@ -342,6 +348,7 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
     p.nonfinite_skipped = req.nonfinite_skipped();
     p.stale_dropped = req.stale_dropped();
     p.last_report = absl::Now();
+    workers_seen_[s.task()] = p.last_report;
     ++reports_;
     *stop = stop_;
     if (p.done) ReleaseBarriers(&finished);
@@ -382,11 +389,26 @@ std::vector<WorkerProgress> Coordinator::WaitForReport(absl::Duration timeout) {
     return reports_ != seen || abort_.has_value();
   };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return ProgressLocked();
+}
+
+std::vector<WorkerProgress> Coordinator::ProgressLocked() const {
   std::vector<WorkerProgress> snapshot = progress_;
   for (const auto& [name, b] : barriers_) {
     for (const auto& [task, call] : b.arrivals) snapshot[task].barrier = name;
   }
   return snapshot;
+}
+
+ClusterView Coordinator::View() const {
+  absl::MutexLock lock(&mu_);
+  ClusterView v;
+  for (const Sender& s : ps_) v.ps_registered.push_back(s.incarnation() != 0);
+  for (const Sender& s : workers_) v.workers_registered.push_back(s.incarnation() != 0);
+  v.ps_seen = ps_seen_;
+  v.workers_seen = workers_seen_;
+  v.progress = ProgressLocked();
+  return v;
 }
 
 void Coordinator::RequestStop() {

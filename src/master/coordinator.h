@@ -34,6 +34,14 @@ struct WorkerProgress {
   std::string barrier;  // in snapshots: the barrier this worker waits at now ("" = none)
 };
 
+// Who is registered and when each task last sent the chief a message, for the status page.
+struct ClusterView {
+  std::vector<bool> ps_registered, workers_registered;
+  // Register, Barrier, progress reports, CreateVariable, CreateTable; InfinitePast = never.
+  std::vector<absl::Time> ps_seen, workers_seen;
+  std::vector<WorkerProgress> progress;  // with the barrier each worker waits at
+};
+
 // One worker's call to Barrier, as the service sees it.
 struct BarrierCall {
   // When the caller gives up; the arrival is then withdrawn and finished with DeadlineExceeded.
@@ -102,6 +110,7 @@ class Coordinator {
   absl::Status WaitForRegistration(absl::Duration timeout);
   // Waits up to `timeout` for the next report (or for Abort). Returns a snapshot.
   std::vector<WorkerProgress> WaitForReport(absl::Duration timeout);
+  ClusterView View() const;
   // Tells workers to stop at their next report and finishes every barrier arrival (Cancelled).
   void RequestStop();
   // Ends the waits above early; the job loop then stops with `reason`. The first reason wins.
@@ -125,6 +134,7 @@ class Coordinator {
   std::string Missing(const std::string& name, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void SweepLoop();
+  std::vector<WorkerProgress> ProgressLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static void Run(Finished& finished);
 
   const std::vector<std::string> ps_addresses_;
@@ -135,6 +145,8 @@ class Coordinator {
   mutable absl::Mutex mu_;
   std::vector<Sender> ps_ ABSL_GUARDED_BY(mu_);  // incarnation 0 = not registered
   std::vector<Sender> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> ps_seen_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> workers_seen_ ABSL_GUARDED_BY(mu_);
   std::string mode_ ABSL_GUARDED_BY(mu_) = "async";
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include "common/tensor.h"
 #include "data/data.h"
 #include "master/coordinator.h"
+#include "master/job_status.h"
 #include "master/master.h"
 #include "master/model_job.h"
 #include "master/progress.h"
@@ -49,12 +50,13 @@ absl::Status CallWithRetry(absl::Duration timeout, const std::string& what, cons
 class Job {
  public:
   Job(const MasterOptions& options, Coordinator* coordinator, ModelJob* model_job,
-      VariablePlacer* placer, TableCreator* tables)
+      VariablePlacer* placer, TableCreator* tables, StatusTracker* status)
       : config_(options.job),
         coordinator_(coordinator),
         model_job_(model_job),
         placer_(placer),
         tables_(tables),
+        status_(status),
         ps_addresses_(options.ps_addresses) {
     for (const std::string& a : options.ps_addresses) {
       ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
@@ -78,6 +80,7 @@ class Job {
     }
     if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
     coordinator_->SetReady();
+    status_->SetState("running");
     const absl::Time start = absl::Now();
     JobResult result;
     result.mode = config_.mode;
@@ -98,6 +101,7 @@ class Job {
       if (shards > 0 && result.tables.empty()) {
         result.global_step = result.ps_stats.updates_applied() / shards;
       }
+      status_->SetState("evaluating");
       if (absl::Status s = Evaluate(&result); !s.ok()) return s;
     } else {
       WarnIfUnbalanced();
@@ -247,22 +251,9 @@ class Job {
         return s;
       }
       const bool all_done = Summarize(progress, result);
+      const ProgressView view = View(progress, *result, now - start);
+      status_->Progress(view);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
-        int epoch = config_.epochs;
-        for (const WorkerProgress& p : progress) {
-          epoch = std::min(epoch, p.done ? config_.epochs : p.epoch + 1);
-        }
-        ProgressView view;
-        if (model_job_ != nullptr) {
-          view.epoch = epoch;
-          view.epochs = config_.epochs;
-        }
-        view.step = result->global_step;
-        view.total = result->total_steps;
-        view.loss = result->final_loss;
-        view.elapsed = now - start;
-        view.examples_per_sec =
-            result->examples / std::max(absl::ToDoubleSeconds(view.elapsed), 1e-9);
         // One line per update; the launcher shows these in place.
         std::fprintf(stderr, "%s\n", ProgressLine(view).c_str());
         std::fflush(stderr);
@@ -272,17 +263,40 @@ class Job {
     }
   }
 
+  // What the progress line and the status page show of the job so far.
+  ProgressView View(const std::vector<WorkerProgress>& progress, const JobResult& result,
+                    absl::Duration elapsed) const {
+    ProgressView view;
+    if (model_job_ != nullptr) {
+      view.epoch = config_.epochs;
+      for (const WorkerProgress& p : progress) {
+        view.epoch = std::min(view.epoch, p.done ? config_.epochs : p.epoch + 1);
+      }
+      view.epochs = config_.epochs;
+    }
+    view.step = result.global_step;
+    view.total = result.total_steps;
+    view.loss = result.final_loss;
+    view.elapsed = elapsed;
+    view.examples_per_sec = result.examples / std::max(absl::ToDoubleSeconds(elapsed), 1e-9);
+    return view;
+  }
+
   // Sums the reports into *result; true once every worker is done.
   bool Summarize(const std::vector<WorkerProgress>& progress, JobResult* result) const {
     bool all_done = true;
-    double loss = 0;
+    double loss = 0;  // the mean of the workers that reported a step
+    int reporting = 0;
     int64_t max_steps = 0;
     result->steps = result->examples = result->nonfinite_skipped = result->worker_pushes = 0;
     result->worker_steps.clear();
     result->worker_stale_steps.clear();
     for (const WorkerProgress& p : progress) {
       all_done = all_done && p.done;
-      loss += p.loss / progress.size();
+      if (p.steps > 0) {
+        loss += p.loss;
+        ++reporting;
+      }
       result->steps += p.steps;
       result->examples += p.examples;
       result->nonfinite_skipped += p.nonfinite_skipped;
@@ -291,7 +305,7 @@ class Job {
       result->worker_stale_steps.push_back(p.stale_dropped);
       max_steps = std::max(max_steps, p.steps);
     }
-    result->final_loss = loss;
+    result->final_loss = reporting > 0 ? loss / reporting : 0;
     // Sync: every worker steps with the model, so the fastest is at the global step. Async and
     // ssp: every push is an update.
     result->global_step = config_.mode == "sync" ? max_steps : result->worker_pushes;
@@ -340,6 +354,7 @@ class Job {
   ModelJob* const model_job_;  // null for external programs
   VariablePlacer* const placer_;
   TableCreator* const tables_;
+  StatusTracker* const status_;
   const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
@@ -377,6 +392,8 @@ class StopRegistration {
   Coordinator* const c_;
 };
 
+absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options);
+
 }  // namespace
 
 void RequestJobStop(const std::string& reason) {
@@ -387,6 +404,20 @@ void RequestJobStop(const std::string& reason) {
 }
 
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
+  absl::StatusOr<JobResult> result = RunJobSteps(options);
+  // A job that failed before its status was tracked (bad data, a bad flag) shows so too.
+  if (!result.ok() && options.monitor != nullptr) {
+    options.monitor->Update([&](JobStatus* s) {
+      s->state = "failed";
+      s->error = std::string(result.status().message());
+    });
+  }
+  return result;
+}
+
+namespace {
+
+absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   const JobConfig& config = options.job;
   const int num_workers = static_cast<int>(options.worker_addresses.size());
   const int num_ps = static_cast<int>(options.ps_addresses.size());
@@ -412,13 +443,15 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   spdlog::info("chief listening on {}, waiting for {} ps and {} workers", options.listen_address,
                num_ps, num_workers);
 
-  Job job(options, &coordinator, model_job.get(), placer->get(), &tables);
+  StatusTracker status(options.monitor, options, &coordinator, placer->get());
+  Job job(options, &coordinator, model_job.get(), placer->get(), &tables, &status);
   absl::StatusOr<JobResult> result;
   if (absl::Status s = coordinator.WaitForRegistration(config.register_timeout); !s.ok()) {
     result = s;
   } else {
     result = job.Run();
   }
+  status.Finish(result.status());
   coordinator.RequestStop();
   job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()),
                     result.ok());
@@ -426,4 +459,5 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   return result;
 }
 
+}  // namespace
 }  // namespace pstrain

@@ -84,9 +84,12 @@ struct JobStatus {
     std::string job;  // "chief", "ps" or "worker"
     int index = 0;
     std::string address;
-    std::string state;  // "waiting" (not registered), "running", "done", "failed", "lost"
-    double seconds_since_seen = -1;  // since its last message to the chief; -1 = never
-    int64_t steps = 0;               // a worker's steps so far
+    std::string state;   // "waiting" (not registered), "running", "done", "failed", "lost"
+    std::string detail;  // what a worker does ("at barrier \"end\"") or why it failed
+    // Since its last message to the chief (a PS: its registration or its last answer to the
+    // chief's Stats); -1 = never.
+    double seconds_since_seen = -1;
+    int64_t steps = 0;  // a worker's steps so far
   };
   struct Shard {       // one placed variable shard
     std::string name;  // "dense_1/kernel" or "dense_1/kernel/part_0"
@@ -112,9 +115,10 @@ struct JobStatus {
   int workers_alive = 0;
   std::vector<Task> tasks;  // the chief, then every ps, then every worker
   std::vector<Shard> placement;
-  std::vector<int64_t> ps_bytes;      // bytes placed on each PS
-  std::vector<int64_t> ps_pushes;     // pushes each PS applied so far (as last collected)
-  std::vector<LossPoint> loss_curve;  // at most a few hundred points, evenly thinned
+  std::vector<int64_t> ps_bytes;        // bytes of dense variables placed on each PS
+  std::vector<int64_t> ps_table_bytes;  // memory of each PS's embedding tables (as last collected)
+  std::vector<int64_t> ps_pushes;       // pushes each PS applied so far (as last collected)
+  std::vector<LossPoint> loss_curve;    // at most a few hundred points, evenly thinned
 };
 
 // Holds the latest JobStatus. Thread-safe.
@@ -130,6 +134,7 @@ class JobMonitor {
 
 struct MasterOptions {
   std::string listen_address;             // where MasterService listens
+  std::string address;                    // the chief's address in the cluster; "" = listen_address
   std::vector<std::string> ps_addresses;  // by task index
   std::vector<std::string> worker_addresses;
   JobConfig job;

@@ -13,6 +13,12 @@ std::string WholeSeconds(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
 }
 
+double EtaSeconds(const ProgressView& v) {
+  if (v.total <= 0 || v.step <= 0) return -1;
+  const int64_t left = v.total > v.step ? v.total - v.step : 0;
+  return absl::ToDoubleSeconds(v.elapsed) / static_cast<double>(v.step) * left;
+}
+
 std::string ProgressLine(const ProgressView& v) {
   std::string line = "progress ";
   if (v.epochs > 0) absl::StrAppend(&line, "epoch ", v.epoch, "/", v.epochs, " ");
@@ -20,10 +26,8 @@ std::string ProgressLine(const ProgressView& v) {
   if (v.total > 0) absl::StrAppend(&line, "/", v.total);
   absl::StrAppendFormat(&line, " loss %.4g examples/s %.0f elapsed %s", v.loss, v.examples_per_sec,
                         WholeSeconds(v.elapsed));
-  if (v.total > 0 && v.step > 0) {
-    const int64_t left = v.total > v.step ? v.total - v.step : 0;
-    const double per_step = absl::ToDoubleSeconds(v.elapsed) / static_cast<double>(v.step);
-    absl::StrAppend(&line, " eta ", WholeSeconds(absl::Seconds(per_step * left)));
+  if (const double eta = EtaSeconds(v); eta >= 0) {
+    absl::StrAppend(&line, " eta ", WholeSeconds(absl::Seconds(eta)));
   }
   return line;
 }

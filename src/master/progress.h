@@ -21,6 +21,9 @@ struct ProgressView {
   absl::Duration elapsed;
 };
 
+// Seconds left at the pace so far; -1 when not known (no total or no step yet).
+double EtaSeconds(const ProgressView& v);
+
 // "progress epoch 2/3 step 1200/2814 loss 0.1234 examples/s 13500 elapsed 8s eta 12s", without
 // the parts that are not known. The leading "progress " lets the launcher show it in place.
 std::string ProgressLine(const ProgressView& v);

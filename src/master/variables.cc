@@ -88,6 +88,16 @@ int64_t VariablePlacer::NumShards() const {
   return placed_;
 }
 
+std::vector<JobStatus::Shard> VariablePlacer::Shards() const {
+  absl::MutexLock lock(&mu_);
+  return shards_;
+}
+
+std::vector<int64_t> VariablePlacer::Load() const {
+  absl::MutexLock lock(&mu_);
+  return load_;
+}
+
 std::optional<std::string> VariablePlacer::Imbalance() const {
   absl::MutexLock lock(&mu_);
   const int num_ps = static_cast<int>(load_.size());
@@ -250,7 +260,10 @@ absl::StatusOr<std::vector<Placement>> VariablePlacer::CreateLocked(
   }
   if (absl::Status s = Send(reqs); !s.ok()) return s;
 
-  for (size_t k = 0; k < items.size(); ++k) load_[ps[k]] += bytes[k];
+  for (size_t k = 0; k < items.size(); ++k) {
+    load_[ps[k]] += bytes[k];
+    shards_.push_back({table_names[k], ps[k], bytes[k]});
+  }
   placed_ += static_cast<int64_t>(items.size());
   for (size_t i = 0; i < vars.size(); ++i) {
     created_[vars[i].name] = {vars[i].shape, placements[i]};

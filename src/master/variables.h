@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tensor.h"
+#include "master/master.h"
 #include "master/placement.h"
 #include "ps.grpc.pb.h"
 #include "worker.pb.h"
@@ -56,6 +57,9 @@ class VariablePlacer {
 
   // Shards created so far, on all PS.
   int64_t NumShards() const;
+  // Every shard created so far, in creation order, and the bytes placed on each PS.
+  std::vector<JobStatus::Shard> Shards() const;
+  std::vector<int64_t> Load() const;
   // A warning if one PS holds more than twice the average bytes of the others (num_ps > 1),
   // else nullopt.
   std::optional<std::string> Imbalance() const;
@@ -82,6 +86,7 @@ class VariablePlacer {
   mutable absl::Mutex mu_;
   std::vector<int64_t> load_ ABSL_GUARDED_BY(mu_);  // bytes per PS
   int64_t placed_ ABSL_GUARDED_BY(mu_) = 0;         // shards placed so far (round-robin)
+  std::vector<JobStatus::Shard> shards_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::pair<std::vector<int64_t>, Placement>> created_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> taken_ ABSL_GUARDED_BY(mu_);  // variable and shard names
