@@ -186,6 +186,16 @@ def test_prometheus_scrapes_a_running_job(cluster):
         assert values == sorted(values), s
         assert len(set(values)) >= 3, s
 
+    # The chief's view: the final global step, both workers seen alive, the job succeeded.
+    chief_target = 'job="chief"'
+    assert prom.scalar("max_over_time(pstrain_job_global_step{%s}[5m])" % chief_target) == \
+        result["global_step"]
+    assert prom.scalar("max_over_time(pstrain_job_workers_alive{%s}[5m])" % chief_target) == 2
+    assert prom.scalar('max_over_time(pstrain_job_state{%s,state="running"}[5m])'
+                       % chief_target) == 1
+    assert prom.scalar('max_over_time(pstrain_job_state{%s,state="succeeded"}[5m])'
+                       % chief_target) == 1
+
     # Every task says which it is; the PS served their pulls and pushes.
     info = prom.query("max_over_time(pstrain_task_info[5m])")
     assert len(info) == 5, info
