@@ -173,8 +173,16 @@ def test_prometheus_scrapes_a_running_job(cluster):
     expected["pstrain_worker_examples_total"] = result["examples"]
     # Dense variables only: every update bumps one variable's version.
     expected["pstrain_ps_variable_version"] = result["updates_applied"]
-    wait_for(lambda: all(last(m) == v for m, v in expected.items()), 15,
-             "final counters %s\n%s" % ({m: last(m) for m in expected}, result))
+    scraped = {}
+
+    def final():
+        scraped.update({m: last(m) for m in expected})
+        return scraped == expected
+
+    try:
+        wait_for(final, 15, "the final counters")
+    finally:
+        assert scraped == expected, "scraped %s, expected %s\n%s" % (scraped, expected, result)
     assert result["updates_applied"] > 0 and result["steps"] > 0, result
 
     # The steps of each worker, sampled every 500 ms, never fall and rose several times.
