@@ -390,6 +390,8 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   // A job that failed before its status was tracked (bad data, a bad flag) shows so too.
   if (!result.ok() && options.monitor != nullptr) {
     options.monitor->Update([&](JobStatus* s) {
+      s->mode = options.job.mode;
+      s->model = options.job.model;
       s->state = "failed";
       s->error = std::string(result.status().message());
     });
