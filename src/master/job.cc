@@ -251,7 +251,8 @@ class Job {
         return s;
       }
       const bool all_done = Summarize(progress, result);
-      const ProgressView view = View(progress, *result, now - start);
+      const ProgressView view =
+          ViewOf(progress, *result, model_job_ != nullptr ? config_.epochs : 0, now - start);
       status_->Progress(view);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
         // One line per update; the launcher shows these in place.
@@ -261,25 +262,6 @@ class Job {
       }
       if (all_done) return absl::OkStatus();
     }
-  }
-
-  // What the progress line and the status page show of the job so far.
-  ProgressView View(const std::vector<WorkerProgress>& progress, const JobResult& result,
-                    absl::Duration elapsed) const {
-    ProgressView view;
-    if (model_job_ != nullptr) {
-      view.epoch = config_.epochs;
-      for (const WorkerProgress& p : progress) {
-        view.epoch = std::min(view.epoch, p.done ? config_.epochs : p.epoch + 1);
-      }
-      view.epochs = config_.epochs;
-    }
-    view.step = result.global_step;
-    view.total = result.total_steps;
-    view.loss = result.final_loss;
-    view.elapsed = elapsed;
-    view.examples_per_sec = result.examples / std::max(absl::ToDoubleSeconds(elapsed), 1e-9);
-    return view;
   }
 
   // Sums the reports into *result; true once every worker is done.
@@ -408,6 +390,8 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   // A job that failed before its status was tracked (bad data, a bad flag) shows so too.
   if (!result.ok() && options.monitor != nullptr) {
     options.monitor->Update([&](JobStatus* s) {
+      s->mode = options.job.mode;
+      s->model = options.job.model;
       s->state = "failed";
       s->error = std::string(result.status().message());
     });

@@ -58,7 +58,7 @@ StatusTracker::StatusTracker(JobMonitor* monitor, const MasterOptions& options,
   if (monitor_ == nullptr) return;
   ps_client_ = std::make_unique<PsClient>(options.ps_addresses, std::vector<VariableRef>{},
                                           MakeSender("chief", 0),
-                                          std::min(refresh * 4, options.job.rpc_timeout));
+                                          std::min(refresh * 2, options.job.rpc_timeout));
   monitor_->Update([&](JobStatus* s) {
     *s = JobStatus();
     s->mode = options.job.mode;

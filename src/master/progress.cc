@@ -13,6 +13,24 @@ std::string WholeSeconds(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
 }
 
+ProgressView ViewOf(const std::vector<WorkerProgress>& progress, const JobResult& result,
+                    int epochs, absl::Duration elapsed) {
+  ProgressView view;
+  if (epochs > 0) {
+    view.epoch = epochs;
+    for (const WorkerProgress& p : progress) {
+      view.epoch = std::min(view.epoch, p.done ? epochs : p.epoch + 1);
+    }
+    view.epochs = epochs;
+  }
+  view.step = result.global_step;
+  view.total = result.total_steps;
+  view.loss = result.final_loss;
+  view.elapsed = elapsed;
+  view.examples_per_sec = result.examples / std::max(absl::ToDoubleSeconds(elapsed), 1e-9);
+  return view;
+}
+
 double EtaSeconds(const ProgressView& v) {
   if (v.total <= 0 || v.step <= 0) return -1;
   const int64_t left = v.total > v.step ? v.total - v.step : 0;

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "master/coordinator.h"
+#include "master/master.h"
 
 namespace pstrain {
 
@@ -20,6 +21,12 @@ struct ProgressView {
   double examples_per_sec = 0;
   absl::Duration elapsed;
 };
+
+// What the progress line and the status page show of the job so far: the sums of `result`
+// (JobResult's steps, examples and loss over `progress`) and the slowest worker's epoch of
+// `epochs` (0 = not known: external jobs).
+ProgressView ViewOf(const std::vector<WorkerProgress>& progress, const JobResult& result,
+                    int epochs, absl::Duration elapsed);
 
 // Seconds left at the pace so far; -1 when not known (no total or no step yet).
 double EtaSeconds(const ProgressView& v);

@@ -97,7 +97,8 @@ function summary(s) {
   const step = num(s.global_step) + (s.total_steps ? " / " + num(s.total_steps) : "");
   const items = [
     ["state", s.state, "state " + s.state, "job_state"], ["mode", s.mode], ["model", s.model],
-    ["epoch", s.epochs ? s.epoch + " / " + s.epochs : "-"], ["global step", step, "", "global_step"],
+    ["epoch", s.epochs ? s.epoch + " / " + s.epochs : "-"],
+    ["global step", step, "", "global_step"],
     ["examples/s", num(s.examples_per_sec)], ["loss", num(s.loss, 4)],
     ["elapsed", duration(s.elapsed_seconds)], ["ETA", duration(s.eta_seconds)],
     ["workers alive", s.workers_alive]];
@@ -138,8 +139,8 @@ function chart(points) {
     }
     add("text", {x: L, y: H - 10}, "step " + num(s0));
     add("text", {x: W - R, y: H - 10, "text-anchor": "end"}, "step " + num(s1));
-    add("polyline", {fill: "none", stroke: "#1565c0", "stroke-width": 1.5,
-                     points: pts.map(p => x(p[1]).toFixed(1) + "," + y(p[2]).toFixed(1)).join(" ")});
+    const line = pts.map(p => x(p[1]).toFixed(1) + "," + y(p[2]).toFixed(1)).join(" ");
+    add("polyline", {fill: "none", stroke: "#1565c0", "stroke-width": 1.5, points: line});
   }
   svg.replaceChildren(...kids);
 }
@@ -164,7 +165,8 @@ function render(s) {
     return [td("ps:" + p.ps), td(bytes(p.bytes), "n"), bar, td(bytes(p.table_bytes), "n"),
             td(num(p.pushes), "n")];
   }));
-  fillRows("placement", s.placement.map(p => [td(p.name), td("ps:" + p.ps), td(bytes(p.bytes), "n")]));
+  fillRows("placement",
+           s.placement.map(p => [td(p.name), td("ps:" + p.ps), td(bytes(p.bytes), "n")]));
   chart(s.loss_curve);
 }
 
