@@ -5,11 +5,13 @@ The MNIST MLP trains to test accuracy >= 0.9.
 
 It needs root (ip netns); a namespace that cannot be made fails the test. The namespaces carry
 this process's PID in their names, so runs side by side do not clash, and they are deleted (and
-every process killed) however the test ends.
+every process killed) however the test ends; those of a run that was killed outright are deleted
+by the next one.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +51,17 @@ class Network:
         self.made.append(name)
         ip("-n", name, "link", "set", "lo", "up")
 
+    @staticmethod
+    def delete_stale():
+        """Deletes the namespaces of runs whose process is gone (killed before cleaning up)."""
+        r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            m = re.match(r"pstrain(\d+)-\S+", line)
+            if m and not os.path.exists("/proc/" + m.group(1)):
+                subprocess.run(["ip", "netns", "del", m.group(0)], capture_output=True)
+
     def build(self):
+        self.delete_stale()
         self.add_namespace(self.bridge_ns)
         ip("-n", self.bridge_ns, "link", "add", "br0", "type", "bridge")
         ip("-n", self.bridge_ns, "link", "set", "br0", "up")
