@@ -1,7 +1,8 @@
 """Static checks of deploy/: the Kubeflow TFJob and the plain Kubernetes manifests parse as YAML
 (Debian's python3-yaml) and hold what the operator and Kubernetes need, every flag they give
-`pstrain server` is one it has, and the Dockerfile builds the image they name from Debian 12
-with the repository's setup script.
+`pstrain server` is one it has, their commands run here with their TF_CONFIG (moved to
+127.0.0.1) until they wait for the tasks that do not come, and the Dockerfile builds the image
+they name from Debian 12 with the repository's setup script.
 """
 
 import json
@@ -10,9 +11,13 @@ import posixpath
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 import yaml
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pstrain_pytest_cluster import free_ports  # noqa: E402
 
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -145,6 +150,47 @@ def test_plain_manifest_names_its_own_service_and_jobs(server_flags):
     assert tasks == expected, sorted(tasks)
     assert {k: len(v) for k, v in clusters[0].items()} == {
         role: count for role, count in ROLES.values()}, clusters[0]
+
+
+def run_here(container, tf_config, tmp_path):
+    """Runs a container's command on this machine: the cluster moved to free ports of
+    127.0.0.1, the token and data paths to local ones, a timeout of 1 s. The task must get past
+    its flags and TF_CONFIG and fail only for the tasks that do not come."""
+    hosts = sorted({h for tasks in json.loads(tf_config)["cluster"].values() for h in tasks})
+    for host, port in zip(hosts, free_ports(len(hosts))):
+        tf_config = tf_config.replace('"%s"' % host, '"127.0.0.1:%d"' % port)
+    token = tmp_path / "token"
+    token.write_text("deploy-test-token\n")
+    local = {"--auth_token_file": str(token), "--connect_timeout": "1",
+             "--metrics_port": str(free_ports(1)[0]),
+             "--data": os.path.join(SOURCE_DIR, "data", "mnist")}
+    argv = [BINARY] + container["command"][1:2]
+    for name, value in flag_values(container["command"]).items():
+        argv += [name] if value is None else ["%s=%s" % (name, local.get(name, value))]
+    r = subprocess.run(argv, env=dict(os.environ, TF_CONFIG=tf_config), capture_output=True,
+                       text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, (argv, r.returncode, r.stderr)
+    assert re.search(r"waiting for tasks to register|gave up waiting for the chief", r.stderr), (
+        argv, r.stderr)
+
+
+def test_the_manifests_commands_start_with_their_tf_config(tmp_path):
+    job = documents("tfjob.yaml")[0]
+    for kind, (role, count) in ROLES.items():
+        # TF_CONFIG as the operator writes it: a Service name per pod, and "environment".
+        name = job["metadata"]["name"]
+        cluster = {r: ["%s-%s-%d.default.svc:%d" % (name, r, i, GRPC_PORT) for i in range(n)]
+                   for r, n in ROLES.values()}
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": role, "index": 0},
+                                "environment": "cloud"})
+        container = job["spec"]["tfReplicaSpecs"][kind]["template"]["spec"]["containers"][0]
+        run_here(container, tf_config, tmp_path)
+    for doc in documents("plain.yaml"):
+        if doc["kind"] == "Job" and doc["metadata"]["name"] in ("pstrain-chief-0",
+                                                                "pstrain-ps-1"):
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            env = {e["name"]: e["value"] for e in container["env"]}
+            run_here(container, env["TF_CONFIG"], tmp_path)
 
 
 def dockerfile_instructions():
