@@ -23,13 +23,12 @@ std::string& CurrentFormat() {
 std::string Rfc3339Millis(std::chrono::system_clock::time_point t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
   const time_t secs = static_cast<time_t>(ms.count() / 1000);
-  int millis = static_cast<int>(ms.count() % 1000);
+  const int millis = static_cast<int>(ms.count() % 1000);
   struct tm utc;
   gmtime_r(&secs, &utc);
-  char buf[40];
+  char buf[64];
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
-                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                millis < 0 ? 0 : millis);
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, millis);
   return buf;
 }
 
