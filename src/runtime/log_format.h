@@ -6,8 +6,18 @@
 
 namespace pstrain {
 
-// Sets the default logger's format: "text" or "json"; `task` ("ps:0", "launch") is named in
-// every JSON line.
+// Sets the default logger's format: "text" (spdlog's own pattern) or "json": every line one
+// object {"time", "level", "task", "logger", "message"}, the time in RFC 3339 UTC with
+// milliseconds, `task` ("ps:0", "launch") the one given here. Any other format is refused with a
+// warning and the current format kept. Call it before other threads log; the lines themselves
+// may be logged from any thread (each sink formats and writes one line under its lock).
 void SetLogFormat(const std::string& format, const std::string& task);
+
+// The format SetLogFormat set last: "text" or "json".
+const std::string& LogFormat();
+
+// A task's last word on stderr when it fails: "pstrain <task>: error: <message>" in the text
+// format, a JSON line of level "error" in the json format.
+void PrintTaskError(const std::string& task, const std::string& message);
 
 }  // namespace pstrain

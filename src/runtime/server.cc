@@ -216,8 +216,7 @@ int RunServer(const ServerOptions& o) {
     absl::SleepFor(absl::Seconds(o.metrics_linger_s));
   }
   if (!s.ok()) {
-    std::fprintf(stderr, "pstrain %s: error: %s\n", TaskName(o.job, o.task).c_str(),
-                 std::string(s.message()).c_str());
+    PrintTaskError(TaskName(o.job, o.task), std::string(s.message()));
   }
   return ExitCode(s);
 }
