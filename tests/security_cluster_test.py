@@ -106,3 +106,29 @@ def test_launch_with_tls_trains_the_demo_to_its_accuracy():
             mode = os.stat(os.path.join(logs, secret)).st_mode
             assert mode & 0o077 == 0, "%s is readable by others: %o" % (secret, mode)
         assert not os.path.exists(os.path.join(logs, "tls", "ca.key")), "the CA's key was kept"
+
+
+def test_launch_with_tls_runs_a_python_worker_command(tmp_path):
+    """A Python script as every worker takes the launch's token and certificates from the
+    environment (PSTRAIN_AUTH_TOKEN, PSTRAIN_TLS_*) and trains through the TLS-only cluster."""
+    if not BINARY or not os.path.exists(BINARY):
+        pytest.fail("PSTRAIN_BINARY=%r is not a built pstrain binary" % BINARY)
+    tag = "%d-%d" % (os.getpid(), time.monotonic_ns())
+    env = dict(os.environ, PSTRAIN_PROBE_TAG=tag, TMPDIR=str(tmp_path))
+    env.pop("TF_CONFIG", None)
+    example = os.path.join(SOURCE_DIR, "examples", "python", "linear_numpy.py")
+    argv = [BINARY, "launch", "--tls", "--ps", "1", "--workers", "2", "--", "/usr/bin/python3",
+            example, "--steps", "50"]
+    try:
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        left = cluster.tagged_processes(tag)
+        for pid in left:
+            os.kill(pid, 9)
+    assert r.returncode == 0, "launch exited %d:\n%s" % (r.returncode, r.stderr[-3000:])
+    assert not left, "processes left running: %s" % left
+    for task in ("worker:0", "worker:1"):
+        assert "pstrain launch: %s result: {" % task in r.stderr, r.stderr[-3000:]
+    logs = [d for d in os.listdir(tmp_path) if d.startswith("pstrain-launch-")]
+    assert len(logs) == 1, logs
+    assert os.path.exists(os.path.join(tmp_path, logs[0], "tls", "cert.pem"))

@@ -90,7 +90,7 @@ std::string UnknownFlag(const CLI::App* app, const std::vector<std::string>& arg
 std::vector<std::string> SwitchNames(const CLI::App* app) {
   std::vector<std::string> names;
   for (const CLI::Option* o : app->get_options()) {
-    if (o->get_type_size_max() != 0) continue;
+    if (o->get_expected_max() != 0) continue;
     for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
   }
   return names;
