@@ -1,7 +1,8 @@
 // tls_bench: what security costs on the data path. A PsClient Pull + Push of one variable of
-// 1 MB and of 4 KB through one PS on 127.0.0.1, with mutual TLS and the job token against
-// plaintext without a token, in the same run: repetitions interleave the two (alternating which
-// goes first), and the medians of the per-step times are printed with their ratio.
+// 1 MB and of 4 KB through one PS on 127.0.0.1, with mutual TLS and the job token, and with the
+// token alone, against plaintext without a token, in the same run: repetitions interleave the
+// three (each goes first in turn), and the medians of the per-step times are printed with their
+// ratios to plaintext.
 //
 //   tls_bench [repetitions]      default 15
 //
@@ -104,20 +105,23 @@ int Run(int repetitions) {
   secure.cert = certs->cert;
   secure.key = certs->key;
   secure.ca = certs->ca_cert;
-  Setup plain{Security{}}, tls{secure};
-  std::printf("%-5s %14s %14s %7s   (Pull + Push of one variable, 1 PS, %d repetitions)\n", "size",
-              "plaintext us", "TLS+token us", "ratio", repetitions);
+  Security token_only;
+  token_only.token = *token;
+  Setup plain{Security{}}, tok{token_only}, tls{secure};
+  Setup* setups[] = {&plain, &tok, &tls};
+  std::printf("%-5s %13s %13s %13s %7s %7s   (Pull + Push, 1 PS, %d repetitions)\n", "size",
+              "plaintext us", "token us", "TLS+token us", "token", "TLS", repetitions);
   for (size_t i = 0; i < std::size(kSizes); ++i) {
-    std::vector<double> p, t;
+    std::vector<double> times[3];
     for (int r = 0; r < repetitions; ++r) {
-      Setup* first = r % 2 ? &tls : &plain;
-      Setup* second = r % 2 ? &plain : &tls;
-      const double a = first->Time(i, kSizes[i].steps), b = second->Time(i, kSizes[i].steps);
-      p.push_back(r % 2 ? b : a);
-      t.push_back(r % 2 ? a : b);
+      for (int k = 0; k < 3; ++k) {
+        const int which = (k + r) % 3;  // each setup goes first, second and third in turn
+        times[which].push_back(setups[which]->Time(i, kSizes[i].steps));
+      }
     }
-    const double mp = Median(p), mt = Median(t);
-    std::printf("%-5s %14.1f %14.1f %6.2fx\n", kSizes[i].label, mp, mt, mt / mp);
+    const double p = Median(times[0]), t = Median(times[1]), s = Median(times[2]);
+    std::printf("%-5s %13.1f %13.1f %13.1f %6.2fx %6.2fx\n", kSizes[i].label, p, t, s, t / p,
+                s / p);
   }
   return 0;
 }
