@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/gen_certs.h"
 #include "cli/gen_criteo.h"
 #include "cli/training_flags.h"
 #include "runtime/runtime.h"
@@ -85,15 +86,28 @@ std::string UnknownFlag(const CLI::App* app, const std::vector<std::string>& arg
   return "";
 }
 
-// `args` without the flags named in `drop` (and their values): what the launcher passes on.
+// The "--flag"s of `app` that take no value (--tls).
+std::vector<std::string> SwitchNames(const CLI::App* app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app->get_options()) {
+    if (o->get_expected_max() != 0) continue;
+    for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  return names;
+}
+
+// `args` without the flags named in `drop` (and their values, unless they are `switches`):
+// what the launcher passes on.
 std::vector<std::string> Without(const std::vector<std::string>& args,
-                                 const std::vector<std::string>& drop) {
+                                 const std::vector<std::string>& drop,
+                                 const std::vector<std::string>& switches) {
   std::vector<std::string> kept;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string name = args[i].substr(0, args[i].find('='));
     if (std::find(drop.begin(), drop.end(), name) == drop.end()) {
       kept.push_back(args[i]);
-    } else if (name == args[i]) {
+    } else if (name == args[i] &&
+               std::find(switches.begin(), switches.end(), name) == switches.end()) {
       ++i;  // "--flag value": skip the value too
     }
   }
@@ -178,10 +192,11 @@ int main(int argc, char** argv) {
   lch->add_option("--log_format", launch.log_format, "text or json, for every task")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  const std::vector<std::string> launch_only = FlagNames(lch);
+  const std::vector<std::string> launch_only = FlagNames(lch), launch_switches = SwitchNames(lch);
   launch_training.AddTo(lch);
 
   pstrain::GenCriteoCommand gen_criteo(&app);
+  pstrain::GenCertsCommand gen_certs(&app);
 
   std::vector<std::string> args(argv + 1, argv + argc);
   // `pstrain launch [flags] -- COMMAND ARGS...`: what follows "--" is the workers' command, and
@@ -199,12 +214,12 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> parse_argv = {argv[0]};
   for (std::string& a : args) parse_argv.push_back(a.data());
-  const std::vector<std::string> commands = {"server", "launch", "gen-criteo"};
+  const std::vector<std::string> commands = {"server", "launch", "gen-criteo", "gen-certs"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     Print("pstrain", "error",
           absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
-                       " (commands: server, launch, gen-criteo)"));
+                       " (commands: server, launch, gen-criteo, gen-certs)"));
     return 2;
   }
   try {
@@ -216,7 +231,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const CLI::App* sub = *lch ? lch : *srv ? srv : gen_criteo.chosen() ? gen_criteo.app() : &app;
+    const CLI::App* sub = *lch                  ? lch
+                          : *srv                ? srv
+                          : gen_criteo.chosen() ? gen_criteo.app()
+                          : gen_certs.chosen()  ? gen_certs.app()
+                                                : &app;
     const std::string command = sub == &app ? "pstrain" : "pstrain " + sub->get_name();
     std::string unknown = UnknownFlag(
         sub, std::vector<std::string>(args.begin() + (sub == &app ? 0 : 1), args.end()));
@@ -225,12 +244,13 @@ int main(int argc, char** argv) {
   }
 
   if (gen_criteo.chosen()) return gen_criteo.Run();
+  if (gen_certs.chosen()) return gen_certs.Run();
 
   if (*lch) {
     const std::string command = "pstrain launch";
     launch.binary = SelfPath(argv[0]);
-    launch.chief_flags =
-        Without(std::vector<std::string>(args.begin() + 1, args.end()), launch_only);
+    launch.chief_flags = Without(std::vector<std::string>(args.begin() + 1, args.end()),
+                                 launch_only, launch_switches);
     absl::StatusOr<pstrain::JobConfig> config = launch_training.ToConfig();
     absl::Status s = config.status();
     if (s.ok() && worker_command && worker_command->empty()) {

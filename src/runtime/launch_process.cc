@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -56,14 +57,24 @@ absl::StatusOr<std::vector<int>> FreePorts(int n) {
 }
 
 std::vector<std::string> EnvironmentWith(const std::string& tf_config,
-                                         const std::vector<std::string>& defaults) {
+                                         const std::vector<std::string>& defaults,
+                                         const std::vector<std::string>& overrides) {
+  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
+  std::vector<std::string> replaced = {"TF_CONFIG"};
+  for (const std::string& o : overrides) replaced.push_back(name_of(o));
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "TF_CONFIG=", 10) != 0) env.emplace_back(*e);
+    const std::string entry = *e;
+    if (std::find(replaced.begin(), replaced.end(), name_of(entry)) == replaced.end()) {
+      env.push_back(entry);
+    }
   }
   env.push_back("TF_CONFIG=" + tf_config);
   for (const std::string& d : defaults) {
-    if (std::getenv(d.substr(0, d.find('=')).c_str()) == nullptr) env.push_back(d);
+    if (std::getenv(name_of(d).c_str()) == nullptr) env.push_back(d);
+  }
+  for (const std::string& o : overrides) {
+    if (o.find('=') != std::string::npos) env.push_back(o);
   }
   return env;
 }

@@ -13,10 +13,12 @@ namespace pstrain {
 // `n` distinct free TCP ports on 127.0.0.1.
 absl::StatusOr<std::vector<int>> FreePorts(int n);
 
-// This process's environment with TF_CONFIG set to `tf_config`, and each of `defaults`
-// ("NAME=value") where the environment has no NAME.
+// This process's environment with TF_CONFIG set to `tf_config`, each of `defaults`
+// ("NAME=value") where the environment has no NAME, and `overrides`: "NAME=value" replaces NAME,
+// a bare "NAME" removes it.
 std::vector<std::string> EnvironmentWith(const std::string& tf_config,
-                                         const std::vector<std::string>& defaults = {});
+                                         const std::vector<std::string>& defaults = {},
+                                         const std::vector<std::string>& overrides = {});
 
 // Runs the file `path` with `argv` and environment `env` in its own process group, its stdout
 // and stderr on `out_fd` and `err_fd` (-1: this process's), and asks the kernel to kill it if

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/launch_logs.h"
 #include "runtime/launch_process.h"
+#include "runtime/launch_secrets.h"
 #include "runtime/runtime.h"
 
 namespace pstrain {
@@ -90,6 +91,14 @@ class Cluster {
       }
       logs_ = *logs;
     }
+    absl::StatusOr<LaunchSecrets> secrets =
+        LaunchSecrets::Make(logs_ ? logs_->dir() : "", o_.auth_token_file, o_.tls);
+    if (!secrets.ok()) {
+      Error(std::string(secrets.status().message()));
+      return absl::IsInvalidArgument(secrets.status()) || absl::IsNotFound(secrets.status()) ? 2
+                                                                                             : 1;
+    }
+    secrets_.emplace(*std::move(secrets));
     if (absl::Status s = PickAddresses(); !s.ok()) {
       Error(std::string(s.message()));
       return 1;
@@ -115,13 +124,15 @@ class Cluster {
 
  private:
   absl::Status PickAddresses() {
-    absl::StatusOr<std::vector<int>> ports = FreePorts(1 + o_.num_ps + o_.num_workers);
+    const int tasks = 1 + o_.num_ps + o_.num_workers;
+    absl::StatusOr<std::vector<int>> ports = FreePorts(o_.metrics ? 2 * tasks : tasks);
     if (!ports.ok()) return ports.status();
     size_t next = 0;
     auto address = [&] { return absl::StrCat("127.0.0.1:", (*ports)[next++]); };
     spec_.jobs["chief"].push_back(address());
     for (int i = 0; i < o_.num_ps; ++i) spec_.jobs["ps"].push_back(address());
     for (int i = 0; i < o_.num_workers; ++i) spec_.jobs["worker"].push_back(address());
+    if (o_.metrics) metrics_ports_.assign(ports->begin() + tasks, ports->end());
     return absl::OkStatus();
   }
 
@@ -147,6 +158,7 @@ class Cluster {
     } else {
       argv.insert(argv.end(), {"--log_level", o_.log_level});
     }
+    if (!child.command) AddTaskFlags(child.name, &argv);
     int log_fd = -1;
     if (logs_) {
       child.log = logs_->PathOf(child.name);
@@ -160,7 +172,8 @@ class Cluster {
       }
     }
     const std::string& path = child.command ? command_path_ : o_.binary;
-    child.pid = Spawn(path, argv, EnvironmentWith(spec.ToJson(), defaults), out, err);
+    child.pid = Spawn(path, argv, EnvironmentWith(spec.ToJson(), defaults, secrets_->Environment()),
+                      out, err);
     if (log_fd >= 0) close(log_fd);
     if (child.pid < 0) {
       return absl::UnavailableError(
@@ -168,6 +181,23 @@ class Cluster {
     }
     children_.push_back(child);
     return absl::OkStatus();
+  }
+
+  // The flags of security, metrics and log format of `pstrain server` task `name`; prints where
+  // its metrics are.
+  void AddTaskFlags(const std::string& name, std::vector<std::string>* argv) {
+    const std::vector<std::string> security = secrets_->TaskFlags();
+    argv->insert(argv->end(), security.begin(), security.end());
+    argv->insert(argv->end(), {"--log_format", o_.log_format});
+    if (metrics_ports_.empty()) return;
+    const std::string port = std::to_string(metrics_ports_[children_.size()]);
+    argv->insert(argv->end(), {"--metrics_port", port, "--metrics_linger", "0"});
+    std::fprintf(stderr, "pstrain launch: %s metrics: http://127.0.0.1:%s/metrics\n", name.c_str(),
+                 port.c_str());
+    if (children_.empty()) {
+      std::fprintf(stderr, "pstrain launch: status page: http://127.0.0.1:%s/?token=%s\n",
+                   port.c_str(), secrets_->token().c_str());
+    }
   }
 
   // Forwards the chief's output, shows its progress lines in place, and watches every child.
@@ -438,11 +468,13 @@ class Cluster {
   ClusterSpec spec_;          // the addresses of every task
   std::string command_path_;  // the file the worker command runs
   std::optional<TaskLogs> logs_;
-  int chief_log_ = -1;              // the chief's log file, written by the launcher
-  std::vector<Child> children_;     // the chief first
-  std::vector<size_t> exit_order_;  // indices into children_, in the order they exited
-  std::string bufs_[2];             // the chief's stdout and stderr, not yet a whole line
-  std::optional<int> failure_;      // the exit code, once a failed task decided it
+  std::optional<LaunchSecrets> secrets_;  // the job token and TLS files of every task
+  std::vector<int> metrics_ports_;        // of each task, in start order; empty without --metrics
+  int chief_log_ = -1;                    // the chief's log file, written by the launcher
+  std::vector<Child> children_;           // the chief first
+  std::vector<size_t> exit_order_;        // indices into children_, in the order they exited
+  std::string bufs_[2];                   // the chief's stdout and stderr, not yet a whole line
+  std::optional<int> failure_;            // the exit code, once a failed task decided it
   absl::Time stop_deadline_ = absl::InfiniteFuture();   // when to stop waiting for the chief
   absl::Time first_failure_ = absl::InfiniteFuture();   // when a task first exited with an error
   absl::Time commands_ended_ = absl::InfiniteFuture();  // when every worker command had exited 0

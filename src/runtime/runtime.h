@@ -78,12 +78,18 @@ struct LaunchOptions {
   // launcher's own stdout and stderr, unless there is a worker command; then the logs go to a
   // new directory pstrain-launch-XXXXXX under $TMPDIR (or /tmp), which is left for reading.
   std::string log_dir;
-  // Security of the local cluster: a job token is generated for every launch (or read from
-  // `auth_token_file`), and with `tls` a throw-away CA and a certificate for every task.
+  // Security of the local cluster (launch_secrets.h): a job token is generated for every launch
+  // (or read from `auth_token_file`), and with `tls` a throw-away CA and one certificate that
+  // every task uses (mutual TLS). `pstrain server` tasks get them as flags, worker commands in
+  // their environment (PSTRAIN_AUTH_TOKEN, PSTRAIN_TLS_CERT/KEY/CA). They are written to the log
+  // directory, or kept in memory files when there is none.
   bool tls = false;
   std::string auth_token_file;
-  bool metrics = false;             // every task gets an HTTP listener on a free port, printed
-  std::string log_format = "text";  // of every task, and of the launcher's own messages
+  // Every `pstrain server` task gets an HTTP listener on a free port (--metrics_port, with
+  // --metrics_linger 0); the launcher prints each one's /metrics address and the chief's status
+  // page with the token.
+  bool metrics = false;
+  std::string log_format = "text";  // passed to every `pstrain server` task
 };
 
 // Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started (and the
