@@ -55,7 +55,7 @@ def json_records(stderr, task, allow=()):
         age = now - at.replace(tzinfo=datetime.timezone.utc)
         assert datetime.timedelta(seconds=-5) < age < datetime.timedelta(minutes=5), record
         assert record["level"] in LEVELS, record
-        assert record["task"] == task and record["logger"] == "pstrain", record
+        assert record["task"] == task and record["logger"] in ("pstrain", "progress"), record
         assert isinstance(record["message"], str) and record["message"], record
         records.append(record)
     return records
@@ -107,10 +107,12 @@ def test_a_job_logs_json_on_every_task(tmp_path):
         records = json_records(p.stderr, "%s:0" % p.name)
         assert "serving on" in records[0]["message"], records
         assert "job succeeded" in records[-1]["message"], records
-    # The chief's progress lines ("progress epoch 1/1 step ...") are not log messages; every
-    # other line is JSON, the placement table's newlines inside one message.
-    records = json_records(chief.stderr, "chief:0", allow=("progress ",))
+    # Every line of the chief is JSON too, the placement table's newlines inside one message, and
+    # its progress lines ("progress epoch 1/1 step ...") under the logger "progress".
+    records = json_records(chief.stderr, "chief:0")
     assert any("placement" in x["message"] and "\n" in x["message"] for x in records), records
+    progress = [x for x in records if x["logger"] == "progress"]
+    assert progress and all(x["message"].startswith("progress ") for x in progress), records
 
 
 def test_text_format_is_spdlogs_and_other_formats_are_refused(tmp_path):

@@ -57,6 +57,7 @@ class Job {
         placer_(placer),
         tables_(tables),
         status_(status),
+        print_progress_(options.print_progress),
         ps_addresses_(options.ps_addresses) {
     for (const std::string& a : options.ps_addresses) {
       ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
@@ -256,8 +257,12 @@ class Job {
       status_->Progress(view);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
         // One line per update; the launcher shows these in place.
-        std::fprintf(stderr, "%s\n", ProgressLine(view).c_str());
-        std::fflush(stderr);
+        if (print_progress_) {
+          print_progress_(ProgressLine(view));
+        } else {
+          std::fprintf(stderr, "%s\n", ProgressLine(view).c_str());
+          std::fflush(stderr);
+        }
         last_line = now;
       }
       if (all_done) return absl::OkStatus();
@@ -337,6 +342,7 @@ class Job {
   VariablePlacer* const placer_;
   TableCreator* const tables_;
   StatusTracker* const status_;
+  const std::function<void(const std::string&)> print_progress_;
   const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;

@@ -138,7 +138,10 @@ struct MasterOptions {
   std::vector<std::string> ps_addresses;  // by task index
   std::vector<std::string> worker_addresses;
   JobConfig job;
-  JobMonitor* monitor = nullptr;  // if set, RunJob keeps it current; must outlive RunJob
+  JobMonitor* monitor = nullptr;
+  // Writes one progress line ("progress epoch 1/3 step ..."); unset: to stderr as it is.
+  std::function<void(const std::string&)>
+      print_progress;  // if set, RunJob keeps it current; must outlive RunJob
 };
 
 struct JobResult {

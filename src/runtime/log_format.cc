@@ -96,4 +96,14 @@ void PrintTaskError(const std::string& task, const std::string& message) {
   std::fflush(stderr);
 }
 
+void PrintProgress(const std::string& task, const std::string& line) {
+  if (CurrentFormat() == "json") {
+    std::fputs(JsonLine(std::chrono::system_clock::now(), "info", task, "progress", line).c_str(),
+               stderr);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
 }  // namespace pstrain

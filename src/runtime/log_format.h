@@ -20,4 +20,8 @@ const std::string& LogFormat();
 // format, a JSON line of level "error" in the json format.
 void PrintTaskError(const std::string& task, const std::string& message);
 
+// The chief's progress line: as it is in the text format (the launcher shows it in place), a
+// JSON line of level "info" and logger "progress" in the json format.
+void PrintProgress(const std::string& task, const std::string& line);
+
 }  // namespace pstrain

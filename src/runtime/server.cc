@@ -167,6 +167,10 @@ absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskH
 absl::Status RunChief(const ServerOptions& o, const std::string& address, TaskHttp* http) {
   MasterOptions mo;
   mo.monitor = &http->monitor;
+  mo.address = address;
+  mo.print_progress = [task = TaskName(o.job, o.task)](const std::string& line) {
+    PrintProgress(task, line);
+  };
   http->Serve({.task = TaskName(o.job, o.task), .monitor = &http->monitor});
   mo.listen_address = ListenAddress(address);
   mo.ps_addresses = o.cluster.Tasks("ps");
