@@ -63,6 +63,11 @@ class Optimizer {
   // and, with momentum, "momentum_buffer"; ftrl "accumulator" (n) and "linear" (z); sgd none.
   // The pointers stay valid for the optimizer's lifetime; the values change with Apply.
   virtual std::vector<std::pair<std::string, const float*>> slots() const = 0;
+  // For checkpoints: slots() to write into (the optimizer owns that memory), and the
+  // optimizer's own count of updates (Adam's t; 0 and ignored for the others).
+  std::vector<std::pair<std::string, float*>> mutable_slots();
+  virtual int64_t update_count() const { return 0; }
+  virtual void set_update_count(int64_t count) {}
 };
 
 // Defaults for unset (or, for non-optional proto3 fields, zero) hyper-parameters.
@@ -157,6 +162,8 @@ class AdamOptimizer final : public ScheduledOptimizer {
                 double epsilon);
   std::vector<std::pair<std::string, const float*>> slots() const override;
   int64_t step() const { return t_; }  // number of updates so far
+  int64_t update_count() const override { return t_; }
+  void set_update_count(int64_t count) override { t_ = count; }
 
  private:
   void Update(float* weights, const float* grad, double lr, float grad_scale) override;

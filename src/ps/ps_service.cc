@@ -30,7 +30,12 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                                 ParameterServerService::WithRawCallbackMethod_Leave<
                                     ParameterServerService::WithRawCallbackMethod_Stats<
                                         ParameterServerService::WithRawCallbackMethod_Shutdown<
-                                            ParameterServerService::Service>>>>>>>>>>>;
+                                            ParameterServerService::
+                                                WithRawCallbackMethod_Checkpoint<
+                                                    ParameterServerService::
+                                                        WithRawCallbackMethod_Import<
+                                                            ParameterServerService::
+                                                                Service>>>>>>>>>>>>>;
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -112,6 +117,20 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<StatsRequest, StatsResponse>(
         ctx, req, resp, "Stats",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->Stats(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx, const Raw* req,
+                                       Raw* resp) override {
+    return ServeRaw<CheckpointRequest, CheckpointResponse>(
+        ctx, req, resp, "Checkpoint",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Checkpoint(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* ctx, const Raw* req,
+                                   Raw* resp) override {
+    return ServeRaw<ImportRequest, ImportResponse>(
+        ctx, req, resp, "Import",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Import(q, r)); });
   }
 
   // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);
