@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "data/data.h"
+#include "master/checkpoints.h"
 #include "master/coordinator.h"
 #include "master/master.h"
 #include "master/model_job.h"
@@ -68,8 +69,10 @@ class Job {
     if (absl::Status s = ConfigurePs(); !s.ok()) return s;
     if (model_job_ != nullptr) {
       SetScheduleLength();
-      absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_);
+      absl::Status s =
+          model_job_->CreateParameters(config_.optimizer, placer_, tables_, Restorer());
       if (!s.ok()) return s;
+      SetUpCheckpoints();
       WarnIfUnbalanced();
     } else {
       coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
@@ -86,6 +89,7 @@ class Job {
       if (absl::Status s = StartWorkers(&result.bad_lines_skipped); !s.ok()) return s;
     }
     if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
+    if (checkpoints_ != nullptr) checkpoints_->SaveAndWait().IgnoreError();  // logged
     result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
     result.num_ps = static_cast<int>(ps_.size());
@@ -121,7 +125,35 @@ class Job {
     for (auto& t : threads) t.join();
   }
 
+  // Checkpoints (master/checkpoints.h): saved through `manager`, restored from `restore`.
+  void SetCheckpoints(CheckpointManager* manager, const LoadedCheckpoint* restore) {
+    checkpoints_ = manager;
+    restore_ = restore;
+  }
+
  private:
+  ModelJob::RestoreFn Restorer() {
+    if (restore_ == nullptr) return nullptr;
+    return [this](const auto& vars, const auto& defs, std::vector<Placement>* placement) {
+      if (absl::Status s = CheckSignature(*restore_, Signature()); !s.ok()) return s;
+      return RestoreParameters(*restore_, vars, defs, placer_, tables_, ps_addresses_,
+                               config_.rpc_timeout, placement);
+    };
+  }
+  ModelSignature Signature() const {
+    ModelSignature sig;
+    for (const ParamSpec& p : model_job_->model().params()) sig.variables.push_back({p.name, p.shape});
+    for (const TableSpec& t : model_job_->model().tables()) sig.tables.push_back({t.name, t.dim});
+    return sig;
+  }
+  void SetUpCheckpoints() {
+    if (checkpoints_ == nullptr) return;
+    TrainingSpec spec;
+    model_job_->FillSpec(&spec);
+    checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()}, Signature());
+    if (restore_ != nullptr) checkpoints_->SetRestoredStep(restore_->global_step);
+  }
+
   absl::Status ConfigurePs() {
     ConfigureRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
@@ -247,6 +279,7 @@ class Job {
         return s;
       }
       const bool all_done = Summarize(progress, result);
+      if (checkpoints_ != nullptr && !all_done) checkpoints_->MaybeSave(result->global_step);
       if (all_done || now - last_line >= absl::Milliseconds(500)) {
         int epoch = config_.epochs;
         for (const WorkerProgress& p : progress) {
@@ -343,6 +376,8 @@ class Job {
   const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
+  CheckpointManager* checkpoints_ = nullptr;
+  const LoadedCheckpoint* restore_ = nullptr;
 };
 
 // The running jobs of this process, for RequestJobStop.
@@ -391,6 +426,12 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
   const int num_workers = static_cast<int>(options.worker_addresses.size());
   const int num_ps = static_cast<int>(options.ps_addresses.size());
   if (absl::Status s = config.ValidateFor(num_ps, num_workers); !s.ok()) return s;
+  std::unique_ptr<CheckpointManager> checkpoints;
+  std::unique_ptr<LoadedCheckpoint> restore;
+  if (absl::Status s = OpenCheckpoints(config, options.ps_addresses, &checkpoints, &restore);
+      !s.ok()) {
+    return s;
+  }
   std::unique_ptr<ModelJob> model_job;
   if (config.BuiltInModel()) {
     absl::StatusOr<std::unique_ptr<ModelJob>> prepared = ModelJob::Prepare(config, num_ps);
@@ -413,6 +454,7 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
                num_ps, num_workers);
 
   Job job(options, &coordinator, model_job.get(), placer->get(), &tables);
+  job.SetCheckpoints(checkpoints.get(), restore.get());
   absl::StatusOr<JobResult> result;
   if (absl::Status s = coordinator.WaitForRegistration(config.register_timeout); !s.ok()) {
     result = s;

@@ -91,7 +91,6 @@ absl::Status ParameterServerImpl::Configure(const ConfigureRequest& req, Configu
 }
 
 absl::Status ParameterServerImpl::Leave(const LeaveRequest& req, LeaveResponse* resp) {
-  PushGate::Pass pass(checkpoints_.gate());  // may apply sync steps: not while a copy runs
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   if (absl::Status s = consistency_.CheckWorker(req.sender(), "leave"); !s.ok()) {
     return Refused(s);

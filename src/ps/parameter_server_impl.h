@@ -129,6 +129,9 @@ class ParameterServerImpl final : public ParameterServer {
   void Stop() override { consistency_.Stop(); }
   absl::Status Checkpoint(const CheckpointRequest& req, CheckpointResponse* resp) override;
   absl::Status Import(const ImportRequest& req, ImportResponse* resp) override;
+  void AfterFreeze(std::function<void()> fn) override {
+    checkpoints_.gate()->Run(std::move(fn));
+  }
 
  private:
   // PermissionDenied unless `s` is chief:0 with the pinned incarnation; the first chief call
@@ -211,7 +214,7 @@ class ParameterServerImpl final : public ParameterServer {
   absl::Status CopyState(const CheckpointRequest& req, PartFile* part, CheckpointResponse* resp);
 
   const Options options_;
-  CheckpointSession checkpoints_;  // pushes and Leave pass its gate
+  CheckpointSession checkpoints_;  // the service runs pushes and Leave through its gate
   Consistency consistency_;
   absl::Mutex admin_mu_ ABSL_ACQUIRED_BEFORE(mu_, tables_mu_);
   absl::Mutex chief_mu_;

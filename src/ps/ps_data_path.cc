@@ -148,7 +148,6 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
 
 absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* resp) {
   resp->Clear();
-  PushGate::Pass pass(checkpoints_.gate());  // waits while a checkpoint copies the state
   if (absl::Status s = CheckPushRequest(
           req, [](const Gradient& g) -> const std::string& { return g.name(); }, "push", "variable",
           kMaxVariablesPerRequest);

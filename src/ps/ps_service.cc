@@ -78,7 +78,9 @@ class ParameterServerServiceImpl final : public Base {
                                  Raw* resp) override {
     return ServeRaw<PushRequest, PushResponse>(
         ctx, req, resp, "Push",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Push(q, r)); });
+        [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Push(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx, const Raw* req,
@@ -102,14 +104,18 @@ class ParameterServerServiceImpl final : public Base {
                                        Raw* resp) override {
     return ServeRaw<PushSparseRequest, PushSparseResponse>(
         ctx, req, resp, "PushSparse",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->PushSparse(q, r)); });
+        [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->PushSparse(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const Raw* req,
                                   Raw* resp) override {
     return ServeRaw<LeaveRequest, LeaveResponse>(
         ctx, req, resp, "Leave",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Leave(q, r)); });
+        [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Leave(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const Raw* req,

@@ -322,7 +322,6 @@ absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode
 absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
                                              PushSparseResponse* resp) {
   resp->Clear();
-  PushGate::Pass pass(checkpoints_.gate());  // waits while a checkpoint copies the state
   if (absl::Status s = CheckPushRequest(
           req, [](const SparseGradient& g) -> const std::string& { return g.table(); },
           "sparse push", "table", kMaxTables);

@@ -18,35 +18,70 @@
 
 namespace pstrain {
 
-PushGate::Pass::Pass(PushGate* gate) : gate_(gate) {
-  absl::MutexLock lock(&gate_->mu_);
-  if (gate_->closed_) {
-    gate_->mu_.AwaitWithDeadline(absl::Condition(
-                                     +[](bool* closed) { return !*closed; }, &gate_->closed_),
-                                 gate_->deadline_);
-    gate_->closed_ = false;  // opened, or past its deadline: it opens itself
+PushGate::~PushGate() {
+  {
+    absl::MutexLock lock(&mu_);
+    OpenLocked();
+    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &running_));
   }
-  ++gate_->inside_;
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
-PushGate::Pass::~Pass() {
-  absl::MutexLock lock(&gate_->mu_);
-  --gate_->inside_;
+void PushGate::Run(std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      queued_.push_back(std::move(fn));
+      return;
+    }
+    ++running_;
+  }
+  fn();
+  End();
+}
+
+void PushGate::End() {
+  absl::MutexLock lock(&mu_);
+  --running_;
 }
 
 void PushGate::Close(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  closed_ = true;
-  deadline_ = deadline;
-  mu_.Await(absl::Condition(
-      +[](int* inside) { return *inside == 0; }, &inside_));
+  if (watchdog_.joinable()) watchdog_.join();  // the last close's: its gate is open
+  uint64_t close;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    close = ++closes_;
+    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &running_));
+  }
+  watchdog_ = std::thread([this, close, deadline] {
+    absl::MutexLock lock(&mu_);
+    auto opened = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !closed_ || closes_ != close; };
+    mu_.AwaitWithDeadline(absl::Condition(&opened), deadline);
+    if (!opened()) {
+      spdlog::warn("a checkpoint froze this PS past its deadline: pushes go on without it");
+      OpenLocked();
+    }
+  });
 }
 
 bool PushGate::Open() {
   absl::MutexLock lock(&mu_);
-  const bool was_closed = closed_ && absl::Now() < deadline_;
-  closed_ = false;
+  const bool was_closed = closed_;
+  OpenLocked();
   return was_closed;
+}
+
+void PushGate::OpenLocked() {
+  closed_ = false;
+  running_ += static_cast<int>(queued_.size());
+  for (std::function<void()>& fn : queued_) {
+    std::thread([this, fn = std::move(fn)] {
+      fn();
+      End();
+    }).detach();
+  }
+  queued_.clear();
 }
 
 CheckpointSession::CheckpointSession(int task) : task_(task) {
@@ -88,7 +123,6 @@ void CheckpointSession::EndFreeze(const CheckpointRequest& req, const absl::Stat
   }
   part->ps_task = static_cast<uint32_t>(task_);
   part->num_ps = static_cast<uint32_t>(req.num_ps());
-  part->checkpoint_id = req.id();
   resp->set_snapshot_bytes(part->PayloadBytes());
   part_ = std::move(part);
 }
@@ -113,6 +147,7 @@ absl::Status CheckpointSession::Release(const CheckpointRequest& req) {
         absl::StrCat("ps task ", task_, ": creating ", req.dir(), ": ", std::strerror(errno)));
   }
   state_ = State::kWriting;
+  part_->checkpoint_id = req.global_step();
   path_ = absl::StrCat(req.dir(), "/ps-", task_, ".ckpt");
   writer_ = std::thread([this] {
     mu_.Lock();

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -20,31 +22,31 @@
 
 namespace pstrain {
 
-// Every push (and Leave) passes through the gate; Close waits for those inside and keeps new ones
-// out until Open, or until its deadline (a chief that froze the PS and died does not stop the
-// job: the gate opens by itself).
+// The service runs every push (and Leave) through the gate. While it is closed, a push is queued
+// instead of holding a thread (the release itself needs one), and runs on a thread of its own once
+// the gate opens: at Open, or at the deadline of Close (a chief that froze the PS and died does
+// not stop the job).
 class PushGate {
  public:
-  class Pass {
-   public:
-    explicit Pass(PushGate* gate);
-    ~Pass();
-    Pass(const Pass&) = delete;
-    Pass& operator=(const Pass&) = delete;
-
-   private:
-    PushGate* const gate_;
-  };
-  // Closes the gate until `deadline` and waits for the pushes inside to leave.
+  ~PushGate();  // opens the gate and waits for what it runs
+  // Runs `fn` now if the gate is open, else once it opens.
+  void Run(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes the gate until `deadline` and waits for the pushes running to end.
   void Close(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Opens the gate; false if it was not closed any more (it opened itself at its deadline).
   bool Open() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Opens the gate and starts what waited, each on its own thread.
+  void OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void End() ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
-  int inside_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t closes_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::function<void()>> queued_ ABSL_GUARDED_BY(mu_);
+  std::thread watchdog_;  // opens the gate at the deadline; joined by the next Close
 };
 
 // The state of one PS's checkpoints: at most one at a time, frozen (its copy held), then
