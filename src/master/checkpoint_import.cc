@@ -88,7 +88,8 @@ void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
   for (size_t i = 0; i < t.keys.size(); ++i) rows_of[PsOfKey(t.keys[i], num_ps)].push_back(i);
   const size_t fpr = static_cast<size_t>(t.floats_per_row);
   const int64_t row_bytes = static_cast<int64_t>(fpr * 4 + 8 + 8 + 4);
-  const int64_t per_request = std::min<int64_t>(kMaxKeysPerRequest, kMaxPayloadBytes / 4 / row_bytes);
+  const int64_t per_request =
+      std::min<int64_t>(kMaxKeysPerRequest, kMaxPayloadBytes / 4 / row_bytes);
   for (int ps = 0; ps < num_ps; ++ps) {
     const std::vector<size_t>& rows = rows_of[ps];
     // Every PS gets the table's version, with or without rows; a table split over requests
@@ -127,8 +128,7 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
     auto it = saved.find(v.name);
     if (it == saved.end() || it->second->shape != v.shape) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", ckpt.path, ": no variable '",
-                                                     v.name, "' of shape ",
-                                                     ShapeString(v.shape)));
+                                                     v.name, "' of shape ", ShapeString(v.shape)));
     }
     const LoadedCheckpoint::Variable* s = it->second;
     if (s->optimizer != v.optimizer.name()) {

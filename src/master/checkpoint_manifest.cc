@@ -27,9 +27,9 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   j["num_ps"] = m.num_ps;
   j["files"] = nlohmann::json::array();
   for (const auto& [name, f] : m.files) {
-    j["files"].push_back({{"name", name}, {"bytes", f.bytes}, {"xxh3", absl::StrCat(absl::Hex(
-                                                                           f.checksum,
-                                                                           absl::kZeroPad16))}});
+    j["files"].push_back({{"name", name},
+                          {"bytes", f.bytes},
+                          {"xxh3", absl::StrCat(absl::Hex(f.checksum, absl::kZeroPad16))}});
   }
   j["variables"] = nlohmann::json::array();
   for (const auto& [name, shape] : m.signature.variables) {
@@ -52,8 +52,8 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text.str());
     if (j.at("format") != kFormat || j.at("format_version") != kCheckpointFormatVersion) {
-      return absl::DataLossError(absl::StrCat(path, ": not a pstrain checkpoint of format ",
-                                              kCheckpointFormatVersion));
+      return absl::DataLossError(
+          absl::StrCat(path, ": not a pstrain checkpoint of format ", kCheckpointFormatVersion));
     }
     m.global_step = j.at("global_step");
     m.num_ps = j.at("num_ps");

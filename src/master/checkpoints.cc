@@ -66,16 +66,16 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
   const std::string lock = options.dir + "/LOCK";
   const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("--checkpoint_dir: opening the lock file ",
-                                                    lock, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("--checkpoint_dir: opening the lock file ", lock, ": ", std::strerror(errno)));
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[32] = {};
     const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--checkpoint_dir ", options.dir, " is in use by another chief (", lock,
-        " is locked", n > 0 ? absl::StrCat(" by pid ", holder) : std::string(), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--checkpoint_dir ", options.dir, " is in use by another chief (", lock,
+                     " is locked", n > 0 ? absl::StrCat(" by pid ", holder) : std::string(), ")"));
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
@@ -89,6 +89,13 @@ CheckpointManager::CheckpointManager(const CheckpointOptions& options,
     : options_(options), lock_fd_(lock_fd) {
   for (const std::string& a : ps_addresses) {
     ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
+  }
+  for (const auto& [step, dir] : ListCheckpoints(options_.dir)) {
+    if (ReadManifest(dir).ok()) {
+      absl::MutexLock lock(&mu_);
+      last_path_ = dir;  // what a failed save leaves intact
+      break;
+    }
   }
 }
 
@@ -127,11 +134,11 @@ void CheckpointManager::MaybeSave(int64_t global_step) {
   {
     absl::MutexLock lock(&mu_);
     if (writing_) return;
-    const bool by_steps = options_.every_steps > 0 &&
-                          global_step - std::max<int64_t>(last_trigger_step_, 0) >=
-                              options_.every_steps;
-    const bool by_time = options_.every_secs > 0 &&
-                         absl::Now() - last_time_ >= absl::Seconds(options_.every_secs);
+    const bool by_steps =
+        options_.every_steps > 0 &&
+        global_step - std::max<int64_t>(last_trigger_step_, 0) >= options_.every_steps;
+    const bool by_time =
+        options_.every_secs > 0 && absl::Now() - last_time_ >= absl::Seconds(options_.every_secs);
     if (!by_steps && !by_time) return;
     last_trigger_step_ = global_step;
   }
@@ -150,10 +157,9 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     last_time_ = absl::Now();
   }
   auto failed = [&](const absl::Status& s) {
-    const std::string intact = previous.empty()
-                                   ? std::string("no earlier checkpoint exists")
-                                   : absl::StrCat("the previous checkpoint ", previous,
-                                                  " is intact");
+    const std::string intact =
+        previous.empty() ? std::string("no earlier checkpoint exists")
+                         : absl::StrCat("the previous checkpoint ", previous, " is intact");
     absl::Status out(s.code(), absl::StrCat("checkpoint not saved: ", s.message(), "; ", intact));
     spdlog::error("{}", std::string(out.message()));
     return out;
@@ -231,8 +237,8 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
   for (int attempt = 0;; ++attempt) {
     const absl::Time start = absl::Now();
     std::vector<CheckpointResponse> resp(num_ps);
-    absl::Status frozen = FirstError(
-        OnEveryPs(num_ps, [&](int t) { return call(t, freeze[t], &resp[t]); }));
+    absl::Status frozen =
+        FirstError(OnEveryPs(num_ps, [&](int t) { return call(t, freeze[t], &resp[t]); }));
     if (!frozen.ok()) {
       phase_all(CheckpointRequest::ABORT, "");
       return frozen;
@@ -301,9 +307,8 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
         return absl::OkStatus();
       }
     }
-    return absl::DeadlineExceededError(
-        absl::StrCat(TaskName("ps", t), " did not write its part within ",
-                     absl::FormatDuration(kWriteTimeout)));
+    return absl::DeadlineExceededError(absl::StrCat(
+        TaskName("ps", t), " did not write its part within ", absl::FormatDuration(kWriteTimeout)));
   }));
   if (!written.ok()) return written;
   Manifest m;

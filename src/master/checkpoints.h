@@ -27,11 +27,11 @@
 namespace pstrain {
 
 struct CheckpointOptions {
-  std::string dir;           // the checkpoint root; "" = no checkpoints
-  int64_t every_steps = 0;   // 0 = not by steps
-  double every_secs = 0;     // 0 = not by time
-  int keep = 3;              // the newest checkpoints kept
-  bool sync_mode = false;    // cut between steps: every shard and table at one version
+  std::string dir;          // the checkpoint root; "" = no checkpoints
+  int64_t every_steps = 0;  // 0 = not by steps
+  double every_secs = 0;    // 0 = not by time
+  int keep = 3;             // the newest checkpoints kept
+  bool sync_mode = false;   // cut between steps: every shard and table at one version
   absl::Duration rpc_timeout = absl::Seconds(30);
 };
 
@@ -89,7 +89,7 @@ class CheckpointManager {
   mutable absl::Mutex mu_;
   std::vector<Placement> placement_ ABSL_GUARDED_BY(mu_);
   ModelSignature signature_ ABSL_GUARDED_BY(mu_);
-  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;  // of the last checkpoint saved or restored
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;         // of the last checkpoint saved or restored
   int64_t last_trigger_step_ ABSL_GUARDED_BY(mu_) = 0;  // the job's step at the last save
   std::string last_path_ ABSL_GUARDED_BY(mu_);          // the newest checkpoint this job saved
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();

@@ -66,6 +66,7 @@ class Optimizer {
   // For checkpoints: slots() to write into (the optimizer owns that memory), and the
   // optimizer's own count of updates (Adam's t; 0 and ignored for the others).
   std::vector<std::pair<std::string, float*>> mutable_slots();
+  virtual const OptimizerConfig& config() const = 0;
   virtual int64_t update_count() const { return 0; }
   virtual void set_update_count(int64_t count) {}
 };
@@ -106,6 +107,7 @@ class ScheduledOptimizer : public Optimizer {
  public:
   void Apply(float* weights, const float* grad, int64_t n, int64_t step) final;
   std::string_view name() const final { return config_.name(); }
+  const OptimizerConfig& config() const final { return config_; }
   int64_t num_elements() const { return n_; }
 
  protected:

@@ -129,9 +129,7 @@ class ParameterServerImpl final : public ParameterServer {
   void Stop() override { consistency_.Stop(); }
   absl::Status Checkpoint(const CheckpointRequest& req, CheckpointResponse* resp) override;
   absl::Status Import(const ImportRequest& req, ImportResponse* resp) override;
-  void AfterFreeze(std::function<void()> fn) override {
-    checkpoints_.gate()->Run(std::move(fn));
-  }
+  void AfterFreeze(std::function<void()> fn) override { checkpoints_.gate()->Run(std::move(fn)); }
 
  private:
   // PermissionDenied unless `s` is chief:0 with the pinned incarnation; the first chief call

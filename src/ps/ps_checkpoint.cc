@@ -112,6 +112,7 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
       saw(r.version);
       r.update_count = var->optimizer->update_count();
       r.optimizer = std::string(var->optimizer->name());
+      r.optimizer_config = var->optimizer->config().SerializeAsString();
       r.values = var->values;
       const int64_t n = static_cast<int64_t>(var->values.size());
       for (const auto& [slot, p] : var->optimizer->slots()) {

@@ -77,8 +77,7 @@ class ParameterServerServiceImpl final : public Base {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
     return ServeRaw<PushRequest, PushResponse>(
-        ctx, req, resp, "Push",
-        [this](const auto& q, auto* r, FinishFn done) {
+        ctx, req, resp, "Push", [this](const auto& q, auto* r, FinishFn done) {
           ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Push(q, r)); });
         });
   }
@@ -103,8 +102,7 @@ class ParameterServerServiceImpl final : public Base {
   grpc::ServerUnaryReactor* PushSparse(grpc::CallbackServerContext* ctx, const Raw* req,
                                        Raw* resp) override {
     return ServeRaw<PushSparseRequest, PushSparseResponse>(
-        ctx, req, resp, "PushSparse",
-        [this](const auto& q, auto* r, FinishFn done) {
+        ctx, req, resp, "PushSparse", [this](const auto& q, auto* r, FinishFn done) {
           ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->PushSparse(q, r)); });
         });
   }
@@ -112,8 +110,7 @@ class ParameterServerServiceImpl final : public Base {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const Raw* req,
                                   Raw* resp) override {
     return ServeRaw<LeaveRequest, LeaveResponse>(
-        ctx, req, resp, "Leave",
-        [this](const auto& q, auto* r, FinishFn done) {
+        ctx, req, resp, "Leave", [this](const auto& q, auto* r, FinishFn done) {
           ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Leave(q, r)); });
         });
   }

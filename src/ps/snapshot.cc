@@ -22,7 +22,8 @@ PushGate::~PushGate() {
   {
     absl::MutexLock lock(&mu_);
     OpenLocked();
-    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &running_));
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &running_));
   }
   if (watchdog_.joinable()) watchdog_.join();
 }
@@ -52,7 +53,8 @@ void PushGate::Close(absl::Time deadline) {
     absl::MutexLock lock(&mu_);
     closed_ = true;
     close = ++closes_;
-    mu_.Await(absl::Condition(+[](int* running) { return *running == 0; }, &running_));
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &running_));
   }
   watchdog_ = std::thread([this, close, deadline] {
     absl::MutexLock lock(&mu_);
