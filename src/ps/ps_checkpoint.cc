@@ -93,7 +93,8 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
           absl::StrCat("checkpoint on ", Where(), ": the chief lists ", placed.size(),
                        " shards here, this PS holds ", vars_.size()));
     }
-    part->shards.reserve(vars_.size());
+    part->shards.resize(vars_.size());  // records of an earlier copy are overwritten in place
+    size_t i = 0;
     for (const auto& [name, var] : vars_) {
       auto it = placed.find(name);
       if (it == placed.end()) {
@@ -101,7 +102,7 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
             "checkpoint on ", Where(), ": the chief does not list shard ", Quoted(name)));
       }
       const CheckpointShard& s = *it->second;
-      ShardRecord& r = part->shards.emplace_back();
+      ShardRecord& r = part->shards[i++];
       r.name = name;
       r.variable = s.variable();
       r.shape.assign(s.shape().begin(), s.shape().end());
@@ -113,15 +114,21 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
       r.update_count = var->optimizer->update_count();
       r.optimizer = std::string(var->optimizer->name());
       r.optimizer_config = var->optimizer->config().SerializeAsString();
-      r.values = var->values;
+      r.values.assign(var->values.begin(), var->values.end());
       const int64_t n = static_cast<int64_t>(var->values.size());
-      for (const auto& [slot, p] : var->optimizer->slots()) {
-        r.slots.push_back({slot, std::vector<float>(p, p + n)});
+      const auto slots = var->optimizer->slots();
+      r.slots.resize(slots.size());
+      for (size_t j = 0; j < slots.size(); ++j) {
+        r.slots[j].name = slots[j].first;
+        r.slots[j].values.assign(slots[j].second, slots[j].second + n);
       }
     }
   }
-  for (const auto& [name, table] : AllTables()) {
-    TableRecord& r = part->tables.emplace_back();
+  const auto tables = AllTables();
+  part->tables.resize(tables.size());
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TablePtr& table = tables[t].second;
+    TableRecord& r = part->tables[t];
     table->rows->Export(&r);
     r.table_def = table->def.SerializeAsString();
     saw(r.version);

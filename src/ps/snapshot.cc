@@ -97,6 +97,11 @@ void CheckpointSession::JoinWriter() {
   if (writer_.joinable()) writer_.join();
 }
 
+std::unique_ptr<PartFile> CheckpointSession::TakeSpare() {
+  absl::MutexLock lock(&mu_);
+  return spare_ != nullptr ? std::move(spare_) : std::make_unique<PartFile>();
+}
+
 absl::Status CheckpointSession::BeginFreeze(const CheckpointRequest& req) {
   {
     absl::MutexLock lock(&mu_);
@@ -166,7 +171,7 @@ absl::Status CheckpointSession::Release(const CheckpointRequest& req) {
       result_ = absl::Status(w.status().code(),
                              absl::StrCat("ps task ", task_, ": ", w.status().message()));
     }
-    part_.reset();
+    spare_ = std::move(part_);
     state_ = State::kDone;
   });
   return absl::OkStatus();
@@ -176,7 +181,7 @@ absl::Status CheckpointSession::Abort(const CheckpointRequest& req) {
   absl::MutexLock lock(&mu_);
   if (state_ == State::kFrozen && id_ == req.id()) {
     gate_.Open();
-    part_.reset();
+    spare_ = std::move(part_);
     state_ = State::kIdle;
   }
   return absl::OkStatus();

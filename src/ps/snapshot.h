@@ -77,6 +77,9 @@ class CheckpointSession {
   void EndFreeze(const CheckpointRequest& req, const absl::Status& copied,
                  std::unique_ptr<PartFile> part, CheckpointResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinWriter() ABSL_LOCKS_EXCLUDED(mu_);
+  // The buffers of the last checkpoint written (or a new part): copying into memory that is
+  // already mapped keeps page faults out of the pause.
+  std::unique_ptr<PartFile> TakeSpare() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int task_;
   PushGate gate_;
@@ -84,6 +87,7 @@ class CheckpointSession {
   State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;
   uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<PartFile> part_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PartFile> spare_ ABSL_GUARDED_BY(mu_);
   std::string path_ ABSL_GUARDED_BY(mu_);
   absl::Status result_ ABSL_GUARDED_BY(mu_);
   WrittenFile written_ ABSL_GUARDED_BY(mu_);
@@ -94,7 +98,7 @@ template <typename CopyFn>
 absl::Status CheckpointSession::Freeze(const CheckpointRequest& req, CopyFn copy,
                                        CheckpointResponse* resp) {
   if (absl::Status s = BeginFreeze(req); !s.ok()) return s;
-  auto part = std::make_unique<PartFile>();
+  std::unique_ptr<PartFile> part = TakeSpare();
   const absl::Time start = absl::Now();
   absl::Status copied = copy(part.get());
   resp->set_copy_seconds(absl::ToDoubleSeconds(absl::Now() - start));
