@@ -22,10 +22,11 @@ using ::testing::HasSubstr;
 class CheckpointClusterTest : public ProcessTest {
  protected:
   // A 2 PS, 2 worker MNIST MLP job (Adam) saving under `dir` every `every` steps and at the end.
-  Result TrainMlp(const std::string& dir, const std::vector<std::string>& more = {}) {
+  Result TrainMlp(const std::string& dir, const std::vector<std::string>& more = {},
+                  const std::string& every = "150") {
     std::vector<std::string> argv =
         Launch({"--data", MnistDir(), "--hidden", "16", "--epochs", "1", "--batch", "128",
-                "--checkpoint_dir", dir, "--checkpoint_every_steps", "150"});
+                "--checkpoint_dir", dir, "--checkpoint_every_steps", every});
     argv.insert(argv.end(), more.begin(), more.end());
     return RunTagged(argv, {}, 180);
   }
@@ -71,6 +72,25 @@ TEST_F(CheckpointClusterTest, WideDeepFromTwoPsRestoresBitIdenticallyIntoOneAndT
       {}, 300);
   ResultOf(resumed);
   EXPECT_THAT(resumed.err + resumed.out, HasSubstr("saved by 2 ps) into 3 ps"));
+}
+
+TEST_F(CheckpointClusterTest, SyncModeCutsBetweenSteps) {
+  RequireMnist();
+  const std::string root = dir_ + "/ckpt";
+  ResultOf(TrainMlp(root, {"--mode", "sync", "--keep_checkpoints", "10"}, "60"));
+  int checked = 0;
+  for (const auto& [step, dir] : ListCheckpoints(root)) {
+    absl::StatusOr<LoadedCheckpoint> c = LoadCheckpoint(dir);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const LoadedCheckpoint::Variable& v : c->variables) {
+      for (const auto& piece : v.pieces) {
+        EXPECT_EQ(piece.version, static_cast<uint64_t>(step)) << dir << " " << v.name;
+        EXPECT_EQ(piece.update_count, step) << dir << " " << v.name;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
 }
 
 TEST_F(CheckpointClusterTest, CorruptedOrTruncatedPartIsNamedAndThePreviousOneUsed) {
