@@ -93,6 +93,22 @@ TEST_F(CheckpointClusterTest, SyncModeCutsBetweenSteps) {
   EXPECT_GE(checked, 3);
 }
 
+TEST_F(CheckpointClusterTest, ResumeStartsFromScratchThenFromTheNewestCheckpoint) {
+  RequireMnist();
+  const std::string root = dir_ + "/resume";
+  const std::vector<std::string> job =
+      Launch({"--data", MnistDir(), "--hidden", "16", "--epochs", "1", "--resume", root});
+  Result first = RunTagged(job, {}, 180);
+  ResultOf(first);
+  EXPECT_THAT(first.err + first.out, HasSubstr("holds no checkpoint yet"));
+  const std::string saved = Newest(root);
+  ASSERT_FALSE(saved.empty());
+  Result second = RunTagged(job, {}, 180);
+  ResultOf(second);
+  EXPECT_THAT(second.err + second.out, HasSubstr("restoring checkpoint " + saved));
+  EXPECT_NE(Newest(root), saved);  // it went on, and saved again at its end
+}
+
 TEST_F(CheckpointClusterTest, CorruptedOrTruncatedPartIsNamedAndThePreviousOneUsed) {
   RequireMnist();
   const std::string root = dir_ + "/ckpt";

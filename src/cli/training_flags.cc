@@ -216,6 +216,9 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--restore_from", c.restore_from,
                   "start from a checkpoint: a checkpoint directory (its newest valid one) or one "
                   "ckpt-<step> in it");
+  app->add_option("--resume", resume_,
+                  "continue a job: --checkpoint_dir DIR, restored from its newest valid "
+                  "checkpoint if it has one");
   app->add_option("--slow_worker", c.slow_worker, "testing: index of a worker made slow");
   app->add_option("--slow_worker_delay_ms", c.slow_worker_delay_ms,
                   "testing: its delay before each step");
@@ -277,6 +280,14 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));
   }
   c.task_timeout = absl::Seconds(task_timeout_s_);
+  if (!resume_.empty()) {
+    if (!unset("--checkpoint_dir") || !unset("--restore_from")) {
+      return absl::InvalidArgumentError(
+          "--resume DIR sets --checkpoint_dir and --restore_from: give it alone");
+    }
+    c.checkpoint_dir = c.restore_from = resume_;
+    c.restore_if_any = true;
+  }
   if (absl::Status st = c.Validate(); !st.ok()) return st;
   return c;
 }

@@ -156,7 +156,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     previous = last_path_;
     last_time_ = absl::Now();
   }
-  auto failed = [&](const absl::Status& s) {
+  auto failed = [previous](const absl::Status& s) {  // may run on the writer thread
     const std::string intact =
         previous.empty() ? std::string("no earlier checkpoint exists")
                          : absl::StrCat("the previous checkpoint ", previous, " is intact");
@@ -348,8 +348,13 @@ absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::str
   }
   if (!config.restore_from.empty()) {
     absl::StatusOr<LoadedCheckpoint> ckpt = LoadCheckpoint(config.restore_from);
-    if (!ckpt.ok()) return ckpt.status();
-    *restore = std::make_unique<LoadedCheckpoint>(*std::move(ckpt));
+    if (absl::IsNotFound(ckpt.status()) && config.restore_if_any) {
+      spdlog::info("{} holds no checkpoint yet: the job starts from scratch", config.restore_from);
+    } else if (!ckpt.ok()) {
+      return ckpt.status();
+    } else {
+      *restore = std::make_unique<LoadedCheckpoint>(*std::move(ckpt));
+    }
   }
   return absl::OkStatus();
 }

@@ -69,6 +69,7 @@ struct JobConfig {
   double checkpoint_every_secs = 0;
   int keep_checkpoints = 3;
   std::string restore_from;
+  bool restore_if_any = false;  // --resume: a root without a checkpoint yet starts from scratch
 
   JobConfig();
   // Whether the chief trains a built-in model (anything but "external").
