@@ -145,6 +145,18 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
     restored.push_back(std::move(r));
     order.push_back(s);
   }
+  for (const TableDef& def : tables) {
+    TableDef saved_def;
+    for (const TableRecord& t : ckpt.tables) {
+      if (t.name == def.name()) saved_def.ParseFromString(t.table_def);
+    }
+    if (saved_def.optimizer().name() != def.optimizer().name()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt.path, ": table '", def.name(), "' was trained with optimizer ",
+          saved_def.optimizer().name(), ", the job's is ", def.optimizer().name(),
+          ": its slots cannot be restored"));
+    }
+  }
   absl::StatusOr<std::vector<Placement>> placed = placer->CreateAll(restored);
   if (!placed.ok()) return placed.status();
   for (const TableDef& def : tables) {
