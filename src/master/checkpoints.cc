@@ -330,6 +330,13 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
   return absl::OkStatus();
 }
 
+ModelSignature SignatureOf(const Model& model) {
+  ModelSignature sig;
+  for (const ParamSpec& p : model.params()) sig.variables.push_back({p.name, p.shape});
+  for (const TableSpec& t : model.tables()) sig.tables.push_back({t.name, t.dim});
+  return sig;
+}
+
 absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::string>& ps_addresses,
                              std::unique_ptr<CheckpointManager>* manager,
                              std::unique_ptr<LoadedCheckpoint>* restore) {

@@ -21,6 +21,7 @@
 #include "master/master.h"
 #include "master/tables.h"
 #include "master/variables.h"
+#include "model/model.h"
 #include "ps.grpc.pb.h"
 #include "worker.pb.h"
 
@@ -41,6 +42,9 @@ struct ModelSignature {
   std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
   std::vector<std::pair<std::string, int>> tables;
 };
+
+// The signature of a built-in model: its variables and tables, in its order.
+ModelSignature SignatureOf(const Model& model);
 
 // Thread-safe. Holds an exclusive lock on <dir>/LOCK (flock) from Create to destruction.
 class CheckpointManager {

@@ -135,22 +135,18 @@ class Job {
   ModelJob::RestoreFn Restorer() {
     if (restore_ == nullptr) return nullptr;
     return [this](const auto& vars, const auto& defs, std::vector<Placement>* placement) {
-      if (absl::Status s = CheckSignature(*restore_, Signature()); !s.ok()) return s;
+      if (absl::Status s = CheckSignature(*restore_, SignatureOf(model_job_->model())); !s.ok())
+        return s;
       return RestoreParameters(*restore_, vars, defs, placer_, tables_, ps_addresses_,
                                config_.rpc_timeout, placement);
     };
-  }
-  ModelSignature Signature() const {
-    ModelSignature sig;
-    for (const ParamSpec& p : model_job_->model().params()) sig.variables.push_back({p.name, p.shape});
-    for (const TableSpec& t : model_job_->model().tables()) sig.tables.push_back({t.name, t.dim});
-    return sig;
   }
   void SetUpCheckpoints() {
     if (checkpoints_ == nullptr) return;
     TrainingSpec spec;
     model_job_->FillSpec(&spec);
-    checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()}, Signature());
+    checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()},
+                           SignatureOf(model_job_->model()));
     if (restore_ != nullptr) checkpoints_->SetRestoredStep(restore_->global_step);
   }
 
