@@ -202,6 +202,23 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--nonfinite", nonfinite_,
                   "a NaN/Inf gradient: skip (count it, go on) or stop (end the job)")
       ->capture_default_str();
+  // Checkpoints.
+  app->add_option("--checkpoint_dir", c.checkpoint_dir,
+                  "save checkpoints here (periodically with the two flags below, and at the end)");
+  app->add_option("--checkpoint_every_steps", c.checkpoint_every_steps,
+                  "save every this many global steps (0: not by steps)")
+      ->capture_default_str();
+  app->add_option("--checkpoint_every_secs", c.checkpoint_every_secs,
+                  "save every this many seconds (0: not by time)")
+      ->capture_default_str();
+  app->add_option("--keep_checkpoints", c.keep_checkpoints, "the newest checkpoints kept")
+      ->capture_default_str();
+  app->add_option("--restore_from", c.restore_from,
+                  "start from a checkpoint: a checkpoint directory (its newest valid one) or one "
+                  "ckpt-<step> in it");
+  app->add_option("--resume", resume_,
+                  "continue a job: --checkpoint_dir DIR, restored from its newest valid "
+                  "checkpoint if it has one");
   app->add_option("--slow_worker", c.slow_worker, "testing: index of a worker made slow");
   app->add_option("--slow_worker_delay_ms", c.slow_worker_delay_ms,
                   "testing: its delay before each step");
@@ -263,6 +280,14 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--task_timeout ", task_timeout_s_, " must be positive"));
   }
   c.task_timeout = absl::Seconds(task_timeout_s_);
+  if (!resume_.empty()) {
+    if (!unset("--checkpoint_dir") || !unset("--restore_from")) {
+      return absl::InvalidArgumentError(
+          "--resume DIR sets --checkpoint_dir and --restore_from: give it alone");
+    }
+    c.checkpoint_dir = c.restore_from = resume_;
+    c.restore_if_any = true;
+  }
   if (absl::Status st = c.Validate(); !st.ok()) return st;
   return c;
 }

@@ -45,6 +45,7 @@ class TrainingFlags {
   std::string table_optimizer_ = "adagrad";
   double table_lr_ = 0.1;
   double task_timeout_s_ = 120;
+  std::string resume_;
 };
 
 }  // namespace pstrain

@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "data/data.h"
+#include "master/checkpoints.h"
 #include "master/coordinator.h"
 #include "master/job_status.h"
 #include "master/master.h"
@@ -71,8 +72,10 @@ class Job {
     if (absl::Status s = ConfigurePs(); !s.ok()) return s;
     if (model_job_ != nullptr) {
       SetScheduleLength();
-      absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_);
+      absl::Status s =
+          model_job_->CreateParameters(config_.optimizer, placer_, tables_, Restorer());
       if (!s.ok()) return s;
+      SetUpCheckpoints();
       WarnIfUnbalanced();
     } else {
       coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
@@ -90,6 +93,7 @@ class Job {
       if (absl::Status s = StartWorkers(&result.bad_lines_skipped); !s.ok()) return s;
     }
     if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
+    if (checkpoints_ != nullptr) checkpoints_->SaveAndWait().IgnoreError();  // logged
     result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
     result.num_ps = static_cast<int>(ps_.size());
@@ -126,7 +130,31 @@ class Job {
     for (auto& t : threads) t.join();
   }
 
+  // Checkpoints (master/checkpoints.h): saved through `manager`, restored from `restore`.
+  void SetCheckpoints(CheckpointManager* manager, const LoadedCheckpoint* restore) {
+    checkpoints_ = manager;
+    restore_ = restore;
+  }
+
  private:
+  ModelJob::RestoreFn Restorer() {
+    if (restore_ == nullptr) return nullptr;
+    return [this](const auto& vars, const auto& defs, std::vector<Placement>* placement) {
+      if (absl::Status s = CheckSignature(*restore_, SignatureOf(model_job_->model())); !s.ok())
+        return s;
+      return RestoreParameters(*restore_, vars, defs, placer_, tables_, ps_addresses_,
+                               config_.rpc_timeout, placement);
+    };
+  }
+  void SetUpCheckpoints() {
+    if (checkpoints_ == nullptr) return;
+    TrainingSpec spec;
+    model_job_->FillSpec(&spec);
+    checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()},
+                           SignatureOf(model_job_->model()));
+    if (restore_ != nullptr) checkpoints_->SetRestoredStep(restore_->global_step);
+  }
+
   absl::Status ConfigurePs() {
     ConfigureRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
@@ -252,6 +280,7 @@ class Job {
         return s;
       }
       const bool all_done = Summarize(progress, result);
+      if (checkpoints_ != nullptr && !all_done) checkpoints_->MaybeSave(result->global_step);
       const ProgressView view =
           ViewOf(progress, *result, model_job_ != nullptr ? config_.epochs : 0, now - start);
       status_->Progress(view);
@@ -346,6 +375,8 @@ class Job {
   const std::vector<std::string> ps_addresses_;
   std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
+  CheckpointManager* checkpoints_ = nullptr;
+  const LoadedCheckpoint* restore_ = nullptr;
 };
 
 // The running jobs of this process, for RequestJobStop.
@@ -412,6 +443,12 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   const int num_workers = static_cast<int>(options.worker_addresses.size());
   const int num_ps = static_cast<int>(options.ps_addresses.size());
   if (absl::Status s = config.ValidateFor(num_ps, num_workers); !s.ok()) return s;
+  std::unique_ptr<CheckpointManager> checkpoints;
+  std::unique_ptr<LoadedCheckpoint> restore;
+  if (absl::Status s = OpenCheckpoints(config, options.ps_addresses, &checkpoints, &restore);
+      !s.ok()) {
+    return s;
+  }
   std::unique_ptr<ModelJob> model_job;
   if (config.BuiltInModel()) {
     absl::StatusOr<std::unique_ptr<ModelJob>> prepared = ModelJob::Prepare(config, num_ps);
@@ -435,6 +472,7 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
 
   StatusTracker status(options.monitor, options, &coordinator, placer->get());
   Job job(options, &coordinator, model_job.get(), placer->get(), &tables, &status);
+  job.SetCheckpoints(checkpoints.get(), restore.get());
   absl::StatusOr<JobResult> result;
   if (absl::Status s = coordinator.WaitForRegistration(config.register_timeout); !s.ok()) {
     result = s;

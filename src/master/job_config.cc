@@ -65,6 +65,20 @@ absl::Status JobConfig::Validate() const {
   if (batch_size < 1) return Bad("--batch ", batch_size, " must be at least 1");
   if (epochs < 1) return Bad("--epochs ", epochs, " must be at least 1");
   if (report_every < 1) return Bad("report_every ", report_every, " must be at least 1");
+  if (checkpoint_every_steps < 0) {
+    return Bad("--checkpoint_every_steps ", checkpoint_every_steps, " must be non-negative");
+  }
+  if (!(checkpoint_every_secs >= 0) || std::isinf(checkpoint_every_secs)) {
+    return Bad("--checkpoint_every_secs ", checkpoint_every_secs, " must be non-negative");
+  }
+  if (keep_checkpoints < 1) return Bad("--keep_checkpoints ", keep_checkpoints, " must be >= 1");
+  if (checkpoint_dir.empty() && (checkpoint_every_steps > 0 || checkpoint_every_secs > 0)) {
+    return Bad("--checkpoint_every_steps and --checkpoint_every_secs need --checkpoint_dir");
+  }
+  if (!BuiltInModel() && (!checkpoint_dir.empty() || !restore_from.empty())) {
+    return Bad("--checkpoint_dir and --restore_from are for the built-in models, not --model ",
+               model);
+  }
   if (slow_worker_delay_ms < 0) {
     return Bad("--slow_worker_delay_ms ", slow_worker_delay_ms, " must be non-negative");
   }

@@ -60,6 +60,16 @@ struct JobConfig {
   absl::Duration register_timeout = absl::Seconds(60);  // for every task to register
   absl::Duration task_timeout = absl::Seconds(120);     // silence after which a worker is lost
   absl::Duration rpc_timeout = absl::Seconds(30);
+  // Checkpoints (docs/checkpoints.md): saved under checkpoint_dir every checkpoint_every_steps
+  // global steps and/or checkpoint_every_secs seconds (0: not by that) and at the end, the
+  // newest keep_checkpoints kept; restore_from: a checkpoint root (its newest valid checkpoint)
+  // or one ckpt-<step> directory to start from.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_secs = 0;
+  int keep_checkpoints = 3;
+  std::string restore_from;
+  bool restore_if_any = false;  // --resume: a root without a checkpoint yet starts from scratch
 
   JobConfig();
   // Whether the chief trains a built-in model (anything but "external").

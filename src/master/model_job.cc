@@ -116,13 +116,18 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
 }
 
 absl::Status ModelJob::CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,
-                                        TableCreator* tables) {
+                                        TableCreator* tables, const RestoreFn& restore) {
   std::vector<Tensor> init = model_->Initialize(config_.seed);
   std::vector<NewVariable> vars;
   for (size_t i = 0; i < init.size(); ++i) {
     std::vector<int64_t> shape = init[i].shape;
     vars.push_back({model_->params()[i].name, std::move(shape), optimizer,
                     [t = std::move(init[i])]() -> absl::StatusOr<Tensor> { return t; }});
+  }
+  if (restore) {
+    std::vector<TableDef> defs;
+    for (const TableSpec& t : model_->tables()) defs.push_back(TableDefOf(t, config_, num_ps_));
+    return restore(vars, defs, &placement_);
   }
   absl::StatusOr<std::vector<Placement>> placement = placer->CreateAll(vars);
   if (!placement.ok()) return placement.status();

@@ -4,6 +4,7 @@
 // held-out examples.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +40,11 @@ class ModelJob {
   // Creates the dense variables through `placer` with `optimizer` (the job's, its schedule's
   // length filled in; values drawn from config.seed) and the tables on every PS through
   // `tables`.
+  // With `restore` (master/checkpoints.h), that creates them instead, from a checkpoint.
+  using RestoreFn = std::function<absl::Status(
+      const std::vector<NewVariable>&, const std::vector<TableDef>&, std::vector<Placement>*)>;
   absl::Status CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,
-                                TableCreator* tables);
+                                TableCreator* tables, const RestoreFn& restore = nullptr);
 
   // Sets what every worker's spec says of the data, the model, its placement and its tables.
   void FillSpec(TrainingSpec* spec) const;

@@ -76,6 +76,17 @@ class RowStore {
     return static_cast<uint32_t>(now) - Meta(slot).last;
   }
 
+  // Calls visit(key, slot) for every row: oldest update first in an ordered store, else in the
+  // index's order.
+  template <typename Visit>
+  void ForEachRow(Visit visit) const {
+    if (ordered_) {
+      for (uint32_t s = head_; s != kNil; s = Meta(s).next) visit(key(s), s);
+    } else {
+      for (const auto& [k, s] : index_) visit(k, s);
+    }
+  }
+
   int64_t rows() const { return static_cast<int64_t>(index_.size()); }
   // Memory held: the chunks allocated, the index's capacity (a slot and a control byte per
   // bucket) and the chunk list.

@@ -244,6 +244,44 @@ class Table final : public EmbeddingTable {
     return state;
   }
 
+  void Export(TableRecord* out) const override {
+    absl::ReaderMutexLock lock(&mu_);
+    out->name = def_.name();
+    out->dim = dim_;
+    out->floats_per_row = fpr_;
+    out->version = version_;
+    const size_t n = static_cast<size_t>(rows_.rows());
+    out->keys.resize(n);
+    out->floats.resize(n * fpr_);
+    out->last_update.resize(n);
+    out->step_counts.resize(rule_ == Rule::kAdam ? n : 0);
+    size_t i = 0;
+    rows_.ForEachRow([&](uint64_t key, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      out->keys[i] = key;
+      std::memcpy(out->floats.data() + i * fpr_, rows_.floats(slot), sizeof(float) * fpr_);
+      out->last_update[i] = version_ - rows_.age(slot, version_);
+      if (rule_ == Rule::kAdam) out->step_counts[i] = rows_.step_count(slot);
+      ++i;
+    });
+  }
+
+  void Import(uint64_t version, const uint64_t* keys, int64_t n, const float* floats,
+              const uint32_t* step_counts, const uint64_t* last_update) override {
+    absl::MutexLock lock(&mu_);
+    version_ = version;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t slot = rows_.Find(keys[i]);
+      if (slot == RowStore::kNil) {
+        MakeRoom();
+        slot = rows_.Add(keys[i], last_update[i]);
+        if (slot == RowStore::kNil) return;
+        counters_.admitted += 1;
+      }
+      std::memcpy(rows_.floats(slot), floats + i * fpr_, sizeof(float) * fpr_);
+      if (rule_ == Rule::kAdam) rows_.step_count(slot) = step_counts ? step_counts[i] : 0;
+    }
+  }
+
  private:
   // Calls visit(i, slot of keys[i] or kNil) for i = 0..n-1 in order until it returns false (and
   // then returns false), as a software pipeline that hides memory latency: while key i is
@@ -319,13 +357,18 @@ class Table final : public EmbeddingTable {
     }
   }
 
-  // A row for `key`, drawn from the initializer, after evicting the least recently updated rows
-  // as the cap requires; kNil if the store is full and cannot evict.
-  uint32_t NewRow(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Evicts the least recently updated rows until a new row fits under the cap.
+  void MakeRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (rows_.rows() >= max_rows_ && rows_.oldest() != RowStore::kNil) {
       rows_.Remove(rows_.oldest());
       counters_.evicted_by_cap += 1;
     }
+  }
+
+  // A row for `key`, drawn from the initializer, after evicting the least recently updated rows
+  // as the cap requires; kNil if the store is full and cannot evict.
+  uint32_t NewRow(uint64_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    MakeRoom();
     const uint32_t slot = rows_.Add(key, version_);
     if (slot == RowStore::kNil) return slot;
     float* f = rows_.floats(slot);

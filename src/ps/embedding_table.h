@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/checkpoint_format.h"
 #include "ps.pb.h"
 
 namespace pstrain {
@@ -90,6 +91,16 @@ class EmbeddingTable {
     std::vector<std::pair<std::string, std::vector<float>>> slots;
   };
   virtual std::optional<RowState> Row(uint64_t key) const = 0;
+
+  // For checkpoints: every row (the row and its optimizer slots), with its step count (Adam) and
+  // the step of its last update, oldest first when the table evicts; and the version. Fills
+  // every field of `out` but the serialized definition.
+  virtual void Export(TableRecord* out) const = 0;
+  // Sets the version and gives each of the n keys the row (floats_per_row floats), the step
+  // count (Adam; may be null) and the last update of a checkpoint, replacing a row it has; rows
+  // past the cap evict the oldest. The caller checked the sizes and the order (oldest first).
+  virtual void Import(uint64_t version, const uint64_t* keys, int64_t n, const float* floats,
+                      const uint32_t* step_counts, const uint64_t* last_update) = 0;
 };
 
 // The initial row of `key` under `init` (a kind EmbeddingTable::Create accepts), `dim` floats:

@@ -104,4 +104,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig
           kDefaultFtrlLearningRatePower));
 }
 
+std::vector<std::pair<std::string, float*>> Optimizer::mutable_slots() {
+  std::vector<std::pair<std::string, float*>> out;
+  for (auto& [name, p] : slots()) out.emplace_back(name, const_cast<float*>(p));
+  return out;
+}
+
 }  // namespace pstrain

@@ -63,6 +63,12 @@ class Optimizer {
   // and, with momentum, "momentum_buffer"; ftrl "accumulator" (n) and "linear" (z); sgd none.
   // The pointers stay valid for the optimizer's lifetime; the values change with Apply.
   virtual std::vector<std::pair<std::string, const float*>> slots() const = 0;
+  // For checkpoints: slots() to write into (the optimizer owns that memory), and the
+  // optimizer's own count of updates (Adam's t; 0 and ignored for the others).
+  std::vector<std::pair<std::string, float*>> mutable_slots();
+  virtual const OptimizerConfig& config() const = 0;
+  virtual int64_t update_count() const { return 0; }
+  virtual void set_update_count(int64_t count) {}
 };
 
 // Defaults for unset (or, for non-optional proto3 fields, zero) hyper-parameters.
@@ -101,6 +107,7 @@ class ScheduledOptimizer : public Optimizer {
  public:
   void Apply(float* weights, const float* grad, int64_t n, int64_t step) final;
   std::string_view name() const final { return config_.name(); }
+  const OptimizerConfig& config() const final { return config_; }
   int64_t num_elements() const { return n_; }
 
  protected:
@@ -157,6 +164,8 @@ class AdamOptimizer final : public ScheduledOptimizer {
                 double epsilon);
   std::vector<std::pair<std::string, const float*>> slots() const override;
   int64_t step() const { return t_; }  // number of updates so far
+  int64_t update_count() const override { return t_; }
+  void set_update_count(int64_t count) override { t_ = count; }
 
  private:
   void Update(float* weights, const float* grad, double lr, float grad_scale) override;

@@ -26,6 +26,7 @@
 #include "ps/embedding_table.h"
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
+#include "ps/snapshot.h"
 #include "ps/variable.h"
 
 namespace pstrain {
@@ -106,7 +107,8 @@ struct TableSlice {
 // See parameter_server.cc for the locks and their order.
 class ParameterServerImpl final : public ParameterServer {
  public:
-  explicit ParameterServerImpl(const Options& options) : options_(options) {}
+  explicit ParameterServerImpl(const Options& options)
+      : options_(options), checkpoints_(options.task) {}
 
   void ExpectChief(uint64_t incarnation) override;
   absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) override;
@@ -126,6 +128,9 @@ class ParameterServerImpl final : public ParameterServer {
   void ReadMetrics(StatsResponse* stats, std::vector<VariableState>* variables) override;
   absl::Status CheckShutdown(const ShutdownRequest& req) override;
   void Stop() override { consistency_.Stop(); }
+  absl::Status Checkpoint(const CheckpointRequest& req, CheckpointResponse* resp) override;
+  absl::Status Import(const ImportRequest& req, ImportResponse* resp) override;
+  void AfterFreeze(std::function<void()> fn) override { checkpoints_.gate()->Run(std::move(fn)); }
 
  private:
   // PermissionDenied unless `s` is chief:0 with the pinned incarnation; the first chief call
@@ -203,7 +208,12 @@ class ParameterServerImpl final : public ParameterServer {
     return absl::Status(s.code(), absl::StrCat(s.message(), ", refused on ", Where()));
   }
 
+  // Checkpoints (ps_checkpoint.cc): copies every shard and table into `part` (the push gate
+  // closed) and reports their versions in `resp`.
+  absl::Status CopyState(const CheckpointRequest& req, PartFile* part, CheckpointResponse* resp);
+
   const Options options_;
+  CheckpointSession checkpoints_;  // the service runs pushes and Leave through its gate
   Consistency consistency_;
   absl::Mutex admin_mu_ ABSL_ACQUIRED_BEFORE(mu_, tables_mu_);
   absl::Mutex chief_mu_;

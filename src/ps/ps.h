@@ -140,6 +140,19 @@ class ParameterServer {
   // OK if `req` may end the job: from the chief, with a reason within kMaxTextBytes. The gRPC
   // service calls it before its ShutdownFn.
   virtual absl::Status CheckShutdown(const ShutdownRequest& req) = 0;
+  // One phase of a checkpoint (proto CheckpointRequest; ps/snapshot.h), from the chief only:
+  // FREEZE makes pushes wait and copies every shard (all of them listed in req.shards, else
+  // FailedPrecondition) and table; RELEASE lets pushes go on and writes the copy in the
+  // background; ABORT drops it; WAIT reports the written file or the write's error.
+  virtual absl::Status Checkpoint(const CheckpointRequest& req, CheckpointResponse* resp) = 0;
+  // Runs `fn` now or, while a checkpoint freezes this PS, once it is released (on a thread of
+  // its own, so a frozen PS holds no thread for a push). The gRPC service runs every Push,
+  // PushSparse and Leave through it; direct calls of those methods are not held back.
+  virtual void AfterFreeze(std::function<void()> fn) = 0;
+  // Restores the versions, optimizer slots and table rows of a checkpoint into variables and
+  // tables created before, from the chief only; InvalidArgument or NotFound (naming the
+  // variable, table or slot) changes nothing.
+  virtual absl::Status Import(const ImportRequest& req, ImportResponse* resp) = 0;
   // Ends every waiting pull and lookup with Unavailable and refuses new waits; called before the
   // server stops so no call is left open.
   virtual void Stop() = 0;

@@ -30,7 +30,12 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                                 ParameterServerService::WithRawCallbackMethod_Leave<
                                     ParameterServerService::WithRawCallbackMethod_Stats<
                                         ParameterServerService::WithRawCallbackMethod_Shutdown<
-                                            ParameterServerService::Service>>>>>>>>>>>;
+                                            ParameterServerService::
+                                                WithRawCallbackMethod_Checkpoint<
+                                                    ParameterServerService::
+                                                        WithRawCallbackMethod_Import<
+                                                            ParameterServerService::
+                                                                Service>>>>>>>>>>>>>;
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -72,8 +77,9 @@ class ParameterServerServiceImpl final : public Base {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
     return ServeRaw<PushRequest, PushResponse>(
-        ctx, req, resp, "Push",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Push(q, r)); });
+        ctx, req, resp, "Push", [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Push(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx, const Raw* req,
@@ -96,15 +102,17 @@ class ParameterServerServiceImpl final : public Base {
   grpc::ServerUnaryReactor* PushSparse(grpc::CallbackServerContext* ctx, const Raw* req,
                                        Raw* resp) override {
     return ServeRaw<PushSparseRequest, PushSparseResponse>(
-        ctx, req, resp, "PushSparse",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->PushSparse(q, r)); });
+        ctx, req, resp, "PushSparse", [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->PushSparse(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const Raw* req,
                                   Raw* resp) override {
     return ServeRaw<LeaveRequest, LeaveResponse>(
-        ctx, req, resp, "Leave",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Leave(q, r)); });
+        ctx, req, resp, "Leave", [this](const auto& q, auto* r, FinishFn done) {
+          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Leave(q, r)); });
+        });
   }
 
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const Raw* req,
@@ -112,6 +120,20 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<StatsRequest, StatsResponse>(
         ctx, req, resp, "Stats",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->Stats(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx, const Raw* req,
+                                       Raw* resp) override {
+    return ServeRaw<CheckpointRequest, CheckpointResponse>(
+        ctx, req, resp, "Checkpoint",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Checkpoint(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* ctx, const Raw* req,
+                                   Raw* resp) override {
+    return ServeRaw<ImportRequest, ImportResponse>(
+        ctx, req, resp, "Import",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Import(q, r)); });
   }
 
   // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);

@@ -1,0 +1,374 @@
+#include "common/checkpoint_format.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace pstrain {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'T', 'C', 'K', 'P', 'T', '\n'};
+constexpr char kTrailerMagic[8] = {'P', 'S', 'T', 'C', 'K', 'E', 'N', 'D'};
+constexpr int64_t kHeaderBytes = 8 + 4 + 4 + 4 + 8;
+constexpr int64_t kTrailerBytes = 8 + 8 + 8;
+constexpr uint8_t kShardRecord = 1;
+constexpr uint8_t kTableRecord = 2;
+constexpr size_t kBufferBytes = size_t{4} << 20;
+
+static_assert(std::endian::native == std::endian::little, "the format is little-endian");
+
+std::string Errno(const std::string& what, const std::string& path) {
+  return absl::StrCat(what, " ", path, ": ", std::strerror(errno));
+}
+
+template <typename T>
+int64_t ArrayBytes(const std::vector<T>& v) {
+  return 8 + static_cast<int64_t>(v.size() * sizeof(T));
+}
+int64_t StringBytes(const std::string& s) { return 8 + static_cast<int64_t>(s.size()); }
+
+int64_t ShardBytes(const ShardRecord& r) {
+  int64_t n = StringBytes(r.name) + StringBytes(r.variable) + ArrayBytes(r.shape) + 8 * 4 +
+              StringBytes(r.optimizer) + StringBytes(r.optimizer_config) + ArrayBytes(r.values) + 8;
+  for (const SlotValues& s : r.slots) n += StringBytes(s.name) + ArrayBytes(s.values);
+  return n;
+}
+
+int64_t TableBytes(const TableRecord& r) {
+  return StringBytes(r.name) + StringBytes(r.table_def) + 4 + 4 + 8 + ArrayBytes(r.keys) +
+         ArrayBytes(r.floats) + ArrayBytes(r.step_counts) + ArrayBytes(r.last_update);
+}
+
+// Buffered writes through one descriptor, hashing everything written.
+class Writer {
+ public:
+  Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)), buf_(new char[kBufferBytes]) {
+    XXH3_64bits_reset(state_.get());
+  }
+
+  void Bytes(const void* p, size_t n) {
+    if (!status_.ok()) return;
+    XXH3_64bits_update(state_.get(), p, n);
+    written_ += static_cast<int64_t>(n);
+    if (used_ + n <= kBufferBytes) {
+      std::memcpy(buf_.get() + used_, p, n);
+      used_ += n;
+      return;
+    }
+    Flush();
+    WriteAll(static_cast<const char*>(p), n);  // large arrays go straight from their memory
+  }
+  template <typename T>
+  void Pod(T v) {
+    Bytes(&v, sizeof(v));
+  }
+  void String(const std::string& s) {
+    Pod<uint64_t>(s.size());
+    Bytes(s.data(), s.size());
+  }
+  template <typename T>
+  void Array(const std::vector<T>& v) {
+    Pod<uint64_t>(v.size());
+    Bytes(v.data(), v.size() * sizeof(T));
+  }
+  // Flushes and returns the status of every write so far.
+  absl::Status Finish() {
+    Flush();
+    return status_;
+  }
+  uint64_t digest() const { return XXH3_64bits_digest(state_.get()); }
+  int64_t written() const { return written_; }
+
+ private:
+  struct FreeState {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  void Flush() {
+    WriteAll(buf_.get(), used_);
+    used_ = 0;
+  }
+  void WriteAll(const char* p, size_t n) {
+    while (n > 0 && status_.ok()) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        if (w == 0) errno = ENOSPC;
+        status_ = absl::ResourceExhaustedError(Errno("writing", path_));
+        return;
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  const int fd_;
+  const std::string path_;
+  std::unique_ptr<char[]> buf_;
+  size_t used_ = 0;
+  int64_t written_ = 0;
+  std::unique_ptr<XXH3_state_t, FreeState> state_{XXH3_createState()};
+  absl::Status status_;
+};
+
+void WriteBody(const PartFile& part, Writer* w) {
+  w->Bytes(kMagic, sizeof(kMagic));
+  w->Pod<uint32_t>(kCheckpointFormatVersion);
+  w->Pod<uint32_t>(part.ps_task);
+  w->Pod<uint32_t>(part.num_ps);
+  w->Pod<uint64_t>(part.checkpoint_id);
+  for (const ShardRecord& r : part.shards) {
+    w->Pod<uint8_t>(kShardRecord);
+    w->Pod<uint64_t>(ShardBytes(r));
+    w->String(r.name);
+    w->String(r.variable);
+    w->Array(r.shape);
+    w->Pod<int64_t>(r.row_begin);
+    w->Pod<int64_t>(r.row_end);
+    w->Pod<uint64_t>(r.version);
+    w->Pod<int64_t>(r.update_count);
+    w->String(r.optimizer);
+    w->String(r.optimizer_config);
+    w->Array(r.values);
+    w->Pod<uint64_t>(r.slots.size());
+    for (const SlotValues& s : r.slots) {
+      w->String(s.name);
+      w->Array(s.values);
+    }
+  }
+  for (const TableRecord& r : part.tables) {
+    w->Pod<uint8_t>(kTableRecord);
+    w->Pod<uint64_t>(TableBytes(r));
+    w->String(r.name);
+    w->String(r.table_def);
+    w->Pod<int32_t>(r.dim);
+    w->Pod<int32_t>(r.floats_per_row);
+    w->Pod<uint64_t>(r.version);
+    w->Array(r.keys);
+    w->Array(r.floats);
+    w->Array(r.step_counts);
+    w->Array(r.last_update);
+  }
+}
+
+// Reads from a byte range, every read bounds-checked.
+class Reader {
+ public:
+  Reader(const char* p, int64_t n) : p_(p), end_(p + n) {}
+  bool ok() const { return ok_; }
+  bool done() const { return p_ == end_; }
+  int64_t left() const { return end_ - p_; }
+  template <typename T>
+  T Pod() {
+    T v{};
+    if (!Take(&v, sizeof(T))) return T{};
+    return v;
+  }
+  std::string String() {
+    const uint64_t n = Pod<uint64_t>();
+    if (!ok_ || n > static_cast<uint64_t>(left())) return Fail<std::string>();
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+  template <typename T>
+  std::vector<T> Array() {
+    const uint64_t n = Pod<uint64_t>();
+    if (!ok_ || n > static_cast<uint64_t>(left()) / sizeof(T)) return Fail<std::vector<T>>();
+    std::vector<T> v(n);
+    Take(v.data(), n * sizeof(T));
+    return v;
+  }
+
+ private:
+  template <typename T>
+  T Fail() {
+    ok_ = false;
+    return T{};
+  }
+  bool Take(void* out, size_t n) {
+    if (!ok_ || n > static_cast<size_t>(left())) return ok_ = false;
+    std::memcpy(out, p_, n);
+    p_ += n;
+    return true;
+  }
+  const char* p_;
+  const char* const end_;
+  bool ok_ = true;
+};
+
+absl::Status ReadRecords(Reader* r, PartFile* part) {
+  while (r->ok() && !r->done()) {
+    const uint8_t kind = r->Pod<uint8_t>();
+    const uint64_t bytes = r->Pod<uint64_t>();
+    if (!r->ok() || bytes > static_cast<uint64_t>(r->left())) break;
+    if (kind == kShardRecord) {
+      ShardRecord s;
+      s.name = r->String();
+      s.variable = r->String();
+      s.shape = r->Array<int64_t>();
+      s.row_begin = r->Pod<int64_t>();
+      s.row_end = r->Pod<int64_t>();
+      s.version = r->Pod<uint64_t>();
+      s.update_count = r->Pod<int64_t>();
+      s.optimizer = r->String();
+      s.optimizer_config = r->String();
+      s.values = r->Array<float>();
+      const uint64_t slots = r->Pod<uint64_t>();
+      for (uint64_t i = 0; r->ok() && i < slots; ++i) {
+        SlotValues v;
+        v.name = r->String();
+        v.values = r->Array<float>();
+        if (v.values.size() != s.values.size()) {
+          return absl::DataLossError(absl::StrCat("shard '", s.name, "': slot '", v.name, "' has ",
+                                                  v.values.size(), " floats, not ",
+                                                  s.values.size()));
+        }
+        s.slots.push_back(std::move(v));
+      }
+      part->shards.push_back(std::move(s));
+    } else if (kind == kTableRecord) {
+      TableRecord t;
+      t.name = r->String();
+      t.table_def = r->String();
+      t.dim = r->Pod<int32_t>();
+      t.floats_per_row = r->Pod<int32_t>();
+      t.version = r->Pod<uint64_t>();
+      t.keys = r->Array<uint64_t>();
+      t.floats = r->Array<float>();
+      t.step_counts = r->Array<uint32_t>();
+      t.last_update = r->Array<uint64_t>();
+      const size_t n = t.keys.size();
+      if (t.floats_per_row < 1 || t.floats.size() != n * t.floats_per_row ||
+          (!t.step_counts.empty() && t.step_counts.size() != n) || t.last_update.size() != n) {
+        return absl::DataLossError(
+            absl::StrCat("table '", t.name, "': the arrays do not match its ", n, " keys"));
+      }
+      part->tables.push_back(std::move(t));
+    } else {
+      return absl::DataLossError(absl::StrCat("unknown record kind ", int{kind}));
+    }
+  }
+  if (!r->ok()) return absl::DataLossError("a record runs past the end of the file");
+  return absl::OkStatus();
+}
+
+absl::Status SyncDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(Errno("opening the directory", dir));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(Errno("syncing the directory", dir));
+  return absl::OkStatus();
+}
+
+// Writes with `write_body` (and, with `trailer`, the part file's trailer) to path.tmp, then
+// fsync, rename, fsync of the directory.
+template <typename WriteBodyFn>
+absl::StatusOr<WrittenFile> WriteAtomically(const std::string& path, bool trailer,
+                                            WriteBodyFn write_body) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(Errno("creating", tmp));
+  Writer w(fd, tmp);
+  write_body(&w);
+  WrittenFile file;
+  file.checksum = w.digest();
+  const int64_t before_trailer = w.written();
+  if (trailer) {
+    w.Bytes(kTrailerMagic, sizeof(kTrailerMagic));
+    w.Pod<int64_t>(before_trailer);
+    w.Pod<uint64_t>(file.checksum);
+  }
+  file.bytes = w.written();
+  absl::Status s = w.Finish();
+  if (s.ok() && ::fsync(fd) != 0) s = absl::ResourceExhaustedError(Errno("syncing", tmp));
+  if (::close(fd) != 0 && s.ok()) s = absl::ResourceExhaustedError(Errno("closing", tmp));
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = absl::InternalError(Errno("renaming to " + path + ":", tmp));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (absl::Status d = SyncDirectory(path); !d.ok()) return d;
+  return file;
+}
+
+}  // namespace
+
+int64_t PartFile::PayloadBytes() const {
+  int64_t n = 0;
+  for (const ShardRecord& s : shards) n += ShardBytes(s);
+  for (const TableRecord& t : tables) n += TableBytes(t);
+  return n;
+}
+
+absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::string& path) {
+  return WriteAtomically(path, true, [&](Writer* w) { WriteBody(part, w); });
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  return WriteAtomically(path, false, [&](Writer* w) { w->Bytes(text.data(), text.size()); })
+      .status();
+}
+
+absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(Errno("opening", path));
+    return absl::PermissionDeniedError(Errno("opening", path));
+  }
+  struct stat st;
+  std::string data;
+  if (::fstat(fd, &st) == 0) data.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t r = ::read(fd, data.data() + got, data.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  auto bad = [&](auto... why) { return absl::DataLossError(absl::StrCat(path, ": ", why...)); };
+  if (got != data.size()) return bad("could not be read whole");
+  const int64_t n = static_cast<int64_t>(data.size());
+  if (n < kHeaderBytes + kTrailerBytes) return bad("truncated (", n, " bytes)");
+  const char* trailer = data.data() + n - kTrailerBytes;
+  int64_t body = 0;
+  uint64_t checksum = 0;
+  std::memcpy(&body, trailer + 8, 8);
+  std::memcpy(&checksum, trailer + 16, 8);
+  if (std::memcmp(trailer, kTrailerMagic, 8) != 0 || body != n - kTrailerBytes) {
+    return bad("truncated or not a checkpoint part (no trailer at its end)");
+  }
+  const uint64_t actual = XXH3_64bits(data.data(), static_cast<size_t>(body));
+  if (actual != checksum) {
+    return bad("checksum mismatch (XXH3 ", absl::Hex(actual), ", the trailer says ",
+               absl::Hex(checksum), "): the file is corrupted");
+  }
+  if (std::memcmp(data.data(), kMagic, 8) != 0) return bad("not a checkpoint part (bad magic)");
+  Reader r(data.data() + 8, body - 8);
+  PartFile part;
+  const uint32_t version = r.Pod<uint32_t>();
+  if (version != kCheckpointFormatVersion) {
+    return bad("format version ", version, ", this build reads ", kCheckpointFormatVersion);
+  }
+  part.ps_task = r.Pod<uint32_t>();
+  part.num_ps = r.Pod<uint32_t>();
+  part.checkpoint_id = r.Pod<uint64_t>();
+  if (absl::Status s = ReadRecords(&r, &part); !s.ok()) return bad(s.message());
+  if (info != nullptr) *info = {n, checksum};
+  return part;
+}
+
+}  // namespace pstrain

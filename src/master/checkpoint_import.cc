@@ -1,0 +1,185 @@
+// RestoreParameters: a loaded checkpoint into today's PS. The dense variables are created with
+// the saved values (placed and partitioned for today's PS), then every PS imports the slots and
+// versions of its shards (cut from the reassembled variables by row range) and the rows of the
+// keys it holds (PsOfKey over today's number of PS).
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/keys.h"
+#include "common/limits.h"
+#include "common/rpc.h"
+#include "common/tensor.h"
+#include "common/tensor_codec.h"
+#include "master/checkpoints.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+namespace {
+
+// Import requests for one PS, each within the limits of a message.
+class ImportBatches {
+ public:
+  // The request to add `bytes` to (`fresh`: a new one).
+  ImportRequest* For(int64_t bytes, bool fresh = false) {
+    if (fresh || reqs_.empty() || bytes_ + bytes > kMaxPayloadBytes / 2 ||
+        reqs_.back().variables_size() >= kMaxVariablesPerRequest) {
+      reqs_.emplace_back();
+      *reqs_.back().mutable_sender() = MakeSender("chief", 0);
+      bytes_ = 0;
+    }
+    bytes_ += bytes;
+    return &reqs_.back();
+  }
+  const std::vector<ImportRequest>& requests() const { return reqs_; }
+
+ private:
+  std::vector<ImportRequest> reqs_;
+  int64_t bytes_ = 0;
+};
+
+template <typename T>
+void AppendBytes(std::string* out, const T* p, size_t n) {
+  out->append(reinterpret_cast<const char*>(p), n * sizeof(T));
+}
+
+// The version and update count of rows [begin, end) of `v`: the largest of the saved shards it
+// overlaps (they differ only in async mode, by the pushes in flight at the cut).
+std::pair<uint64_t, int64_t> CountsOf(const LoadedCheckpoint::Variable& v, int64_t begin,
+                                      int64_t end) {
+  uint64_t version = 0;
+  int64_t count = 0;
+  for (const auto& p : v.pieces) {
+    if (p.begin < end && begin < p.end) {
+      version = std::max(version, p.version);
+      count = std::max(count, p.update_count);
+    }
+  }
+  if (v.shape.empty() || v.pieces.empty()) return {v.version, v.update_count};
+  return {version, count};
+}
+
+void AddVariables(const LoadedCheckpoint::Variable& v, const Placement& p,
+                  std::vector<ImportBatches>* batches) {
+  const int64_t rows = v.shape.empty() ? 1 : v.shape[0];
+  const int64_t row = rows > 0 ? NumElements(v.shape) / rows : 0;
+  for (const Shard& s : p.shards()) {
+    std::vector<int64_t> shape = v.shape;
+    if (!shape.empty()) shape[0] = s.row_end() - s.row_begin();
+    const int64_t n = (s.row_end() - s.row_begin()) * row;
+    ImportRequest* req = batches->at(s.ps_task()).For(n * 4 * static_cast<int64_t>(v.slots.size()));
+    VariableImport* imp = req->add_variables();
+    imp->set_name(s.name());
+    const auto [version, count] = CountsOf(v, s.row_begin(), s.row_end());
+    imp->set_version(version);
+    imp->set_update_count(count);
+    for (const SlotValues& slot : v.slots) {
+      SlotValue* out = imp->add_slots();
+      out->set_name(slot.name);
+      EncodeTensor(shape, slot.values.data() + s.row_begin() * row, out->mutable_value());
+    }
+  }
+}
+
+void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
+  const int num_ps = static_cast<int>(batches->size());
+  std::vector<std::vector<size_t>> rows_of(num_ps);
+  for (size_t i = 0; i < t.keys.size(); ++i) rows_of[PsOfKey(t.keys[i], num_ps)].push_back(i);
+  const size_t fpr = static_cast<size_t>(t.floats_per_row);
+  const int64_t row_bytes = static_cast<int64_t>(fpr * 4 + 8 + 8 + 4);
+  const int64_t per_request =
+      std::min<int64_t>(kMaxKeysPerRequest, kMaxPayloadBytes / 4 / row_bytes);
+  for (int ps = 0; ps < num_ps; ++ps) {
+    const std::vector<size_t>& rows = rows_of[ps];
+    // Every PS gets the table's version, with or without rows; a table split over requests
+    // starts each part in a request of its own (a request names a table once).
+    size_t begin = 0;
+    do {
+      const size_t end = std::min(rows.size(), begin + static_cast<size_t>(per_request));
+      ImportRequest* req =
+          (*batches)[ps].For(static_cast<int64_t>(end - begin) * row_bytes, begin > 0);
+      TableImport* imp = req->add_tables();
+      imp->set_table(t.name);
+      imp->set_version(t.version);
+      for (size_t k = begin; k < end; ++k) {
+        const size_t i = rows[k];
+        AppendBytes(imp->mutable_keys(), &t.keys[i], 1);
+        AppendBytes(imp->mutable_floats(), &t.floats[i * fpr], fpr);
+        if (!t.step_counts.empty()) AppendBytes(imp->mutable_step_counts(), &t.step_counts[i], 1);
+        AppendBytes(imp->mutable_last_update(), &t.last_update[i], 1);
+      }
+      begin = end;
+    } while (begin < rows.size());
+  }
+}
+
+}  // namespace
+
+absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<NewVariable>& vars,
+                               const std::vector<TableDef>& tables, VariablePlacer* placer,
+                               TableCreator* creator, const std::vector<std::string>& ps_addresses,
+                               absl::Duration rpc_timeout, std::vector<Placement>* placement) {
+  absl::flat_hash_map<std::string, const LoadedCheckpoint::Variable*> saved;
+  for (const LoadedCheckpoint::Variable& v : ckpt.variables) saved[v.name] = &v;
+  std::vector<NewVariable> restored;
+  std::vector<const LoadedCheckpoint::Variable*> order;
+  for (const NewVariable& v : vars) {
+    auto it = saved.find(v.name);
+    if (it == saved.end() || it->second->shape != v.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", ckpt.path, ": no variable '",
+                                                     v.name, "' of shape ", ShapeString(v.shape)));
+    }
+    const LoadedCheckpoint::Variable* s = it->second;
+    if (s->optimizer != v.optimizer.name()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt.path, ": variable '", v.name, "' was trained with optimizer ",
+          s->optimizer, ", the job's is ", v.optimizer.name(), ": its slots cannot be restored"));
+    }
+    NewVariable r = v;
+    r.initial_value = [s]() -> absl::StatusOr<Tensor> {
+      Tensor t(s->shape);
+      t.values = s->values;
+      return t;
+    };
+    restored.push_back(std::move(r));
+    order.push_back(s);
+  }
+  for (const TableDef& def : tables) {
+    TableDef saved_def;
+    for (const TableRecord& t : ckpt.tables) {
+      if (t.name == def.name()) saved_def.ParseFromString(t.table_def);
+    }
+    if (saved_def.optimizer().name() != def.optimizer().name()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint ", ckpt.path, ": table '", def.name(), "' was trained with optimizer ",
+          saved_def.optimizer().name(), ", the job's is ", def.optimizer().name(),
+          ": its slots cannot be restored"));
+    }
+  }
+  absl::StatusOr<std::vector<Placement>> placed = placer->CreateAll(restored);
+  if (!placed.ok()) return placed.status();
+  for (const TableDef& def : tables) {
+    if (absl::Status s = creator->GetOrCreate(def); !s.ok()) return s;
+  }
+  std::vector<ImportBatches> batches(ps_addresses.size());
+  for (size_t i = 0; i < order.size(); ++i) AddVariables(*order[i], (*placed)[i], &batches);
+  for (const TableRecord& t : ckpt.tables) AddTable(t, &batches);
+  for (size_t ps = 0; ps < ps_addresses.size(); ++ps) {
+    auto stub = ParameterServerService::NewStub(MakeChannel(ps_addresses[ps]));
+    for (const ImportRequest& req : batches[ps].requests()) {
+      std::unique_ptr<grpc::ClientContext> ctx = ContextWithTimeout(rpc_timeout);
+      ctx->set_wait_for_ready(true);
+      ImportResponse resp;
+      absl::Status s = FromGrpcStatus(stub->Import(ctx.get(), req, &resp), "Import",
+                                      TaskName("ps", static_cast<int>(ps)));
+      if (!s.ok()) return s;
+    }
+  }
+  *placement = *std::move(placed);
+  spdlog::info("restored {} (global step {}, saved by {} ps) into {} ps", ckpt.path,
+               ckpt.global_step, ckpt.num_ps, ps_addresses.size());
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,36 @@
+// Internal to src/master: a checkpoint's manifest.json (docs/checkpoints.md), and the list of the
+// checkpoints under a root.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/checkpoint_format.h"
+#include "master/checkpoints.h"
+
+namespace pstrain {
+
+struct Manifest {
+  int64_t global_step = 0;
+  int num_ps = 0;
+  std::vector<std::pair<std::string, WrittenFile>> files;  // name in the directory, size, XXH3
+  ModelSignature signature;
+};
+
+// Writes <dir>/manifest.json atomically: from then on the checkpoint exists.
+absl::Status WriteManifest(const std::string& dir, const Manifest& m);
+// Reads <dir>/manifest.json: NotFound if it is missing (an incomplete checkpoint), DataLoss
+// naming the file if it does not parse or lacks a field.
+absl::StatusOr<Manifest> ReadManifest(const std::string& dir);
+
+// The ckpt-<step> directories under `root`, newest first (with or without a manifest).
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& root);
+// Keeps the newest `keep` checkpoints with a manifest under `root` and removes the others, and
+// every directory without a manifest (a save that failed or was cut short).
+void RemoveOldCheckpoints(const std::string& root, int keep);
+
+}  // namespace pstrain

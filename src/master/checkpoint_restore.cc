@@ -1,0 +1,194 @@
+// Reading a checkpoint back (every part checked against the manifest), comparing it with the
+// model, and restoring it into today's PS, whatever their number.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/keys.h"
+#include "common/limits.h"
+#include "common/rpc.h"
+#include "common/tensor.h"
+#include "common/tensor_codec.h"
+#include "master/checkpoint_manifest.h"
+#include "master/checkpoints.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+namespace {
+
+absl::Status Lost(const auto&... parts) { return absl::DataLossError(absl::StrCat(parts...)); }
+
+// Fills `v` from its shards, checking that they cover every row once.
+absl::Status Assemble(const std::string& dir, const std::vector<const ShardRecord*>& shards,
+                      LoadedCheckpoint::Variable* v) {
+  const int64_t elements = NumElements(v->shape);
+  const int64_t rows = v->shape.empty() ? 1 : v->shape[0];
+  const int64_t row = rows > 0 ? elements / rows : 0;
+  v->values.assign(elements, 0.0f);
+  int64_t covered = 0;
+  for (const ShardRecord* s : shards) {
+    if (s->shape != v->shape || s->row_begin < 0 || s->row_end > rows ||
+        s->row_begin > s->row_end ||
+        static_cast<int64_t>(s->values.size()) != (s->row_end - s->row_begin) * row) {
+      return Lost(dir, ": shard '", s->name, "' does not fit variable '", v->name, "' of shape ",
+                  ShapeString(v->shape));
+    }
+    if (v->optimizer.empty()) {
+      v->optimizer = s->optimizer;
+      v->optimizer_config = s->optimizer_config;
+      for (const SlotValues& slot : s->slots) v->slots.push_back({slot.name, {}});
+      for (SlotValues& slot : v->slots) slot.values.assign(elements, 0.0f);
+    }
+    if (s->optimizer != v->optimizer || s->slots.size() != v->slots.size()) {
+      return Lost(dir, ": the shards of variable '", v->name, "' have different optimizers");
+    }
+    const int64_t at = s->row_begin * row;
+    std::copy(s->values.begin(), s->values.end(), v->values.begin() + at);
+    for (size_t i = 0; i < s->slots.size(); ++i) {
+      std::copy(s->slots[i].values.begin(), s->slots[i].values.end(),
+                v->slots[i].values.begin() + at);
+    }
+    v->version = std::max(v->version, s->version);
+    v->update_count = std::max(v->update_count, s->update_count);
+    v->pieces.push_back({s->row_begin, s->row_end, s->version, s->update_count});
+    covered += s->row_end - s->row_begin;
+  }
+  if (covered != rows && !(v->shape.empty() && covered == 1)) {
+    return Lost(dir, ": the shards of variable '", v->name, "' cover ", covered, " of its ", rows,
+                " rows");
+  }
+  return absl::OkStatus();
+}
+
+// Gathers the rows of one table from every part, oldest update first.
+void MergeTable(TableRecord* into, TableRecord&& part) {
+  if (into->keys.empty() && into->name.empty()) {
+    *into = std::move(part);
+    return;
+  }
+  into->version = std::max(into->version, part.version);
+  into->keys.insert(into->keys.end(), part.keys.begin(), part.keys.end());
+  into->floats.insert(into->floats.end(), part.floats.begin(), part.floats.end());
+  into->step_counts.insert(into->step_counts.end(), part.step_counts.begin(),
+                           part.step_counts.end());
+  into->last_update.insert(into->last_update.end(), part.last_update.begin(),
+                           part.last_update.end());
+}
+
+void SortByLastUpdate(TableRecord* t) {
+  std::vector<size_t> order(t->keys.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return t->last_update[a] < t->last_update[b]; });
+  TableRecord sorted = *t;
+  const size_t fpr = static_cast<size_t>(t->floats_per_row);
+  for (size_t i = 0; i < order.size(); ++i) {
+    sorted.keys[i] = t->keys[order[i]];
+    sorted.last_update[i] = t->last_update[order[i]];
+    if (!t->step_counts.empty()) sorted.step_counts[i] = t->step_counts[order[i]];
+    std::memcpy(&sorted.floats[i * fpr], &t->floats[order[i] * fpr], fpr * sizeof(float));
+  }
+  *t = std::move(sorted);
+}
+
+absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
+  absl::StatusOr<Manifest> m = ReadManifest(dir);
+  if (!m.ok()) return m.status();
+  LoadedCheckpoint ckpt;
+  ckpt.path = dir;
+  ckpt.global_step = m->global_step;
+  ckpt.num_ps = m->num_ps;
+  ckpt.signature = m->signature;
+  std::vector<PartFile> parts;
+  for (const auto& [name, want] : m->files) {
+    const std::string path = dir + "/" + name;
+    WrittenFile got;
+    absl::StatusOr<PartFile> part = ReadPartFile(path, &got);
+    if (!part.ok()) return Lost(part.status().message());
+    if (got.bytes != want.bytes || got.checksum != want.checksum) {
+      return Lost(path, ": ", got.bytes, " bytes with checksum ", absl::Hex(got.checksum),
+                  ", the manifest says ", want.bytes, " bytes with ", absl::Hex(want.checksum));
+    }
+    parts.push_back(*std::move(part));
+  }
+  absl::flat_hash_map<std::string, std::vector<const ShardRecord*>> shards;
+  for (const PartFile& p : parts) {
+    for (const ShardRecord& s : p.shards) shards[s.variable].push_back(&s);
+  }
+  for (const auto& [name, shape] : ckpt.signature.variables) {
+    LoadedCheckpoint::Variable& v = ckpt.variables.emplace_back();
+    v.name = name;
+    v.shape = shape;
+    if (absl::Status s = Assemble(dir, shards[name], &v); !s.ok()) return s;
+  }
+  for (const auto& [name, dim] : ckpt.signature.tables) {
+    TableRecord& t = ckpt.tables.emplace_back();
+    for (PartFile& p : parts) {
+      for (TableRecord& r : p.tables) {
+        if (r.name == name) MergeTable(&t, std::move(r));
+      }
+    }
+    if (t.name != name || t.dim != dim) {
+      return Lost(dir, ": table '", name, "' of dim ", dim, " is in no part");
+    }
+    SortByLastUpdate(&t);
+  }
+  return ckpt;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
+  std::error_code ec;
+  const std::string base = std::filesystem::path(path).lexically_normal().filename().string();
+  if (base.rfind("ckpt-", 0) == 0) {
+    return LoadOne(path);
+  }
+  for (const auto& [step, dir] : ListCheckpoints(path)) {
+    absl::StatusOr<LoadedCheckpoint> ckpt = LoadOne(dir);
+    if (ckpt.ok()) {
+      spdlog::info("restoring checkpoint {} (global step {})", dir, step);
+      return ckpt;
+    }
+    if (absl::IsNotFound(ckpt.status())) continue;  // never completed: not a checkpoint
+    spdlog::warn("checkpoint {} is not usable: {}; trying the one before it", dir,
+                 std::string(ckpt.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("--restore_from ", path, ": no valid checkpoint"));
+}
+
+absl::Status CheckSignature(const LoadedCheckpoint& ckpt, const ModelSignature& model) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", ckpt.path, " is of another model: ", parts...));
+  };
+  const auto& a = model.variables;
+  const auto& b = ckpt.signature.variables;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= b.size()) return bad("the model's variable '", a[i].first, "' is not in it");
+    if (i >= a.size()) return bad("its variable '", b[i].first, "' is not in the model");
+    if (a[i].first != b[i].first) {
+      return bad("variable ", i, " is '", a[i].first, "' in the model, '", b[i].first, "' in it");
+    }
+    if (a[i].second != b[i].second) {
+      return bad("variable '", a[i].first, "' has shape ", ShapeString(a[i].second),
+                 " in the model, ", ShapeString(b[i].second), " in it");
+    }
+  }
+  const auto& ta = model.tables;
+  const auto& tb = ckpt.signature.tables;
+  for (size_t i = 0; i < std::max(ta.size(), tb.size()); ++i) {
+    if (i >= tb.size()) return bad("the model's table '", ta[i].first, "' is not in it");
+    if (i >= ta.size()) return bad("its table '", tb[i].first, "' is not in the model");
+    if (ta[i] != tb[i]) {
+      return bad("table ", i, " is '", ta[i].first, "' of dim ", ta[i].second, " in the model, '",
+                 tb[i].first, "' of dim ", tb[i].second, " in it");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pstrain

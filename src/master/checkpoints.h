@@ -1,0 +1,161 @@
+// Internal to src/master: the chief's checkpoints (docs/checkpoints.md). A checkpoint is the
+// directory <dir>/ckpt-<global_step>/ with one part file per PS (common/checkpoint_format.h) and
+// manifest.json, written last: only a directory with a manifest whose files match it is a
+// checkpoint. The chief cuts all PS at one point (freeze, copy, release) and waits for their
+// writes in the background; restoring reads every part and creates the variables and tables on
+// today's PS, whatever their number.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/checkpoint_format.h"
+#include "master/master.h"
+#include "master/tables.h"
+#include "master/variables.h"
+#include "model/model.h"
+#include "ps.grpc.pb.h"
+#include "worker.pb.h"
+
+namespace pstrain {
+
+struct CheckpointOptions {
+  std::string dir;          // the checkpoint root; "" = no checkpoints
+  int64_t every_steps = 0;  // 0 = not by steps
+  double every_secs = 0;    // 0 = not by time
+  int keep = 3;             // the newest checkpoints kept
+  bool sync_mode = false;   // cut between steps: every shard and table at one version
+  absl::Duration rpc_timeout = absl::Seconds(30);
+};
+
+// What a checkpoint says of the model: each variable's name and full shape, each table's name
+// and dim, in the model's order.
+struct ModelSignature {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
+  std::vector<std::pair<std::string, int>> tables;
+};
+
+// The signature of a built-in model: its variables and tables, in its order.
+ModelSignature SignatureOf(const Model& model);
+
+// Thread-safe. Holds an exclusive lock on <dir>/LOCK (flock) from Create to destruction.
+class CheckpointManager {
+ public:
+  // FailedPrecondition naming the lock file when another process holds it (two chiefs on one
+  // directory); PermissionDenied when the directory cannot be created or the lock not taken.
+  static absl::StatusOr<std::unique_ptr<CheckpointManager>> Create(
+      const CheckpointOptions& options, const std::vector<std::string>& ps_addresses);
+  ~CheckpointManager();  // waits for a write in progress
+
+  // What is saved: every shard as placed, and the model's signature (for the manifest).
+  void SetModel(std::vector<Placement> placement, ModelSignature signature);
+  // The global step restored from (so the first periodic save counts from it).
+  void SetRestoredStep(int64_t step);
+
+  // Saves if --checkpoint_every_steps or --checkpoint_every_secs says one is due at
+  // `global_step` and no write is in progress. Never fails: a failed checkpoint is logged,
+  // saying that the previous one is intact.
+  void MaybeSave(int64_t global_step);
+  // Saves now (unless the last checkpoint is of this very state) and waits until the checkpoint
+  // exists: its path, or why it does not (the previous checkpoint then stays intact).
+  absl::StatusOr<std::string> SaveAndWait();
+
+  // Times of the last cut: the longest a push waited (from the first freeze to the last
+  // release), and the bytes the PS copied.
+  absl::Duration last_pause() const;
+  int64_t last_snapshot_bytes() const;
+
+ private:
+  struct Cut;
+  CheckpointManager(const CheckpointOptions& options, const std::vector<std::string>& ps_addresses,
+                    int lock_fd);
+  // Freezes every PS, checks the versions (sync: all equal, else retries), releases them: the
+  // checkpoint's step and directory, or an error (every PS released).
+  absl::StatusOr<Cut> TakeCut();
+  // Waits for the writes of `cut`, writes the manifest, removes old checkpoints.
+  absl::Status Finish(const Cut& cut);
+  // TakeCut, then Finish in the background (`wait`: in this thread).
+  absl::StatusOr<std::string> Save(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
+  void JoinWriter();
+
+  const CheckpointOptions options_;
+  const int lock_fd_;
+  std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
+  absl::Mutex save_mu_;  // one save at a time
+  mutable absl::Mutex mu_;
+  std::vector<Placement> placement_ ABSL_GUARDED_BY(mu_);
+  ModelSignature signature_ ABSL_GUARDED_BY(mu_);
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;         // of the last checkpoint saved or restored
+  int64_t last_trigger_step_ ABSL_GUARDED_BY(mu_) = 0;  // the job's step at the last save
+  std::string last_path_ ABSL_GUARDED_BY(mu_);          // the newest checkpoint this job saved
+  absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration last_pause_ ABSL_GUARDED_BY(mu_);
+  int64_t last_snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread writer_;
+};
+
+// A checkpoint read back whole: every variable reassembled from its shards (values and each
+// slot), and every table's rows gathered from all parts.
+struct LoadedCheckpoint {
+  struct Variable {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::string optimizer;         // the OptimizerConfig's name
+    std::string optimizer_config;  // serialized
+    uint64_t version = 0;          // the largest of its shards'
+    int64_t update_count = 0;      // the largest of its shards'
+    std::vector<float> values;
+    std::vector<SlotValues> slots;
+    // Per saved shard: rows [begin, end), version and update count (for a resharded restore).
+    struct Piece {
+      int64_t begin, end;
+      uint64_t version;
+      int64_t update_count;
+    };
+    std::vector<Piece> pieces;
+  };
+  std::string path;  // the ckpt-<step> directory
+  int64_t global_step = 0;
+  int num_ps = 0;
+  ModelSignature signature;
+  std::vector<Variable> variables;  // in the manifest's order
+  std::vector<TableRecord> tables;  // all rows of each table, oldest update first
+};
+
+// Reads `path`: a ckpt-<step> directory, or a checkpoint root whose newest valid checkpoint is
+// used (an invalid one, a part truncated, corrupted or missing, is reported by a warning naming
+// the file, and the one before it is tried). NotFound if the root holds no valid checkpoint;
+// DataLoss naming the file for a ckpt-<step> directory that is not valid.
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
+
+// InvalidArgument naming the first variable or table whose name, shape or dim differs between
+// the checkpoint and the model (or that one of them lacks).
+absl::Status CheckSignature(const LoadedCheckpoint& ckpt, const ModelSignature& model);
+
+// Creates `vars` (their initial values replaced by the checkpoint's) through `placer` and the
+// `tables` through `creator`, then imports every slot, version and table row into today's PS
+// (dense shards by row range, table rows by PsOfKey). InvalidArgument if a variable's optimizer
+// differs from the checkpoint's (its slots would not match). `*placement` receives the new
+// placement.
+absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<NewVariable>& vars,
+                               const std::vector<TableDef>& tables, VariablePlacer* placer,
+                               TableCreator* creator, const std::vector<std::string>& ps_addresses,
+                               absl::Duration rpc_timeout, std::vector<Placement>* placement);
+
+// The job's checkpoints: a manager when config.checkpoint_dir is set (failing as Create does),
+// and the checkpoint to start from when config.restore_from is (failing as LoadCheckpoint does).
+absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::string>& ps_addresses,
+                             std::unique_ptr<CheckpointManager>* manager,
+                             std::unique_ptr<LoadedCheckpoint>* restore);
+
+}  // namespace pstrain
