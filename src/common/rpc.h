@@ -29,9 +29,10 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
 // channel or server routes gRPC's own log lines to spdlog at debug level.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// Builds a server on `address` with this process's security (TLS) and pstrain's limits; SO_REUSEPORT is off so a port already in
-// use is an error instead of a silent second listener. Returns the error naming the address.
-// `bound_port`, if given, receives the port listened on (the one picked for port 0).
+// Builds a server on `address` with this process's security (TLS) and pstrain's limits;
+// SO_REUSEPORT is off so a port already in use is an error instead of a silent second listener.
+// Returns the error naming the address. `bound_port`, if given, receives the port listened on (the
+// one picked for port 0).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     int* bound_port = nullptr);
