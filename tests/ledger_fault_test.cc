@@ -1,8 +1,8 @@
 // The task queue in a whole cluster of real processes (2 PS, 2 workers, async): a worker killed
 // with SIGKILL mid-epoch is declared dead, its task goes back to the queue, a replacement
 // process with the same task index (started by the test) rejoins and takes tasks, and the job
-// finishes with every task of every epoch applied exactly once in the chief's ledger. CTest
-// label: fault.
+// finishes with every task of every epoch applied exactly once in the chief's ledger; a worker
+// paused past the deadline is told it was declared dead when it resumes. CTest label: fault.
 #include <signal.h>
 
 #include <fstream>
@@ -45,12 +45,54 @@ class LedgerFaultTest : public ProcessTest {
   }
 };
 
+// The chief's flags: 2 epochs of 60 tasks, a heartbeat every 0.2 s, dead after 2 s of silence.
+std::vector<std::string> ChiefFlags() {
+  return {"--data",
+          MnistDir(),
+          "--epochs",
+          "2",
+          "--hidden",
+          "64",
+          "--task_rows",
+          "1000",
+          "--heartbeat_secs",
+          "0.2",
+          "--heartbeat_timeout_secs",
+          "2"};
+}
+
+// A worker paused (SIGSTOP) past the deadline is declared dead; once resumed it is told so by
+// its next Heartbeat and exits, and the job finishes without it, every task applied once.
+TEST_F(LedgerFaultTest, AWorkerBackFromTheDeadIsToldSoAndTheJobFinishesWithoutIt) {
+  const std::string cluster = Cluster();
+  Proc chief = StartTagged(Server(cluster, "chief", 0, ChiefFlags()));
+  Proc ps0 = StartTagged(Server(cluster, "ps", 0));
+  Proc ps1 = StartTagged(Server(cluster, "ps", 1));
+  Proc w0 = StartTagged(Server(cluster, "worker", 0));
+  Proc w1 = StartTagged(Server(cluster, "worker", 1));
+  WaitForText(chief.err_path, "epoch 1/2");
+  ASSERT_THAT(ReadFile(chief.err_path), HasSubstr("epoch 1/2"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  kill(w1.pid, SIGSTOP);
+  WaitForText(chief.err_path, "worker:1 declared dead");
+  kill(w1.pid, SIGCONT);
+  const Result r1 = Wait(w1, 30);
+  EXPECT_NE(r1.exit_code, 0);
+  EXPECT_THAT(r1.err, HasSubstr("declared dead at"));
+  const Result c = Wait(chief, 150);
+  const Result r0 = Wait(w0, 30), p0 = Wait(ps0, 30), p1 = Wait(ps1, 30);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  for (const Result* r : {&r0, &p0, &p1}) EXPECT_EQ(r->exit_code, 0) << r->err;
+  const nlohmann::json j = nlohmann::json::parse(LastJsonLine(c.out));
+  EXPECT_EQ(j["tasks_applied"], j["tasks"]) << j.dump();
+  EXPECT_EQ(j["tasks_applied_once"], true) << j.dump();
+  EXPECT_EQ(j["workers_declared_dead"], 1) << j.dump();
+  EXPECT_EQ(j["tasks_redone"], 1) << j.dump();
+}
+
 TEST_F(LedgerFaultTest, AKilledWorkerIsReplacedAndEveryTaskIsAppliedOnce) {
   const std::string cluster = Cluster();
-  Proc chief =
-      StartTagged(Server(cluster, "chief", 0,
-                         {"--data", MnistDir(), "--epochs", "2", "--hidden", "64", "--task_rows",
-                          "1000", "--heartbeat_secs", "0.2", "--heartbeat_timeout_secs", "2"}));
+  Proc chief = StartTagged(Server(cluster, "chief", 0, ChiefFlags()));
   Proc ps0 = StartTagged(Server(cluster, "ps", 0));
   Proc ps1 = StartTagged(Server(cluster, "ps", 1));
   Proc w0 = StartTagged(Server(cluster, "worker", 0));
