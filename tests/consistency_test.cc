@@ -198,6 +198,26 @@ TEST(AdmissionTest, PushFromAWorkerTheChiefDoesNotKnowIsRefused) {
   EXPECT_EQ(p.resp.values(0).version(), 1u);  // only the known worker's push
 }
 
+// The chief replaces a worker declared dead by its restart (async): the old incarnation's pushes
+// are refused from then on, the new one's applied; only the chief may, and only in async mode.
+TEST(AdmissionTest, AReplacedWorkerIsRefusedAndItsReplacementAccepted) {
+  auto ps = MakePs("async", 2, 0, 0, 10, {Worker(0, 7), Worker(1, 8)});
+  Create(ps.get(), "w", Tensor({4}, 0.0f), Sgd(1.0));
+  ReplaceWorkerRequest req;
+  *req.mutable_sender() = Worker(1, 8);
+  *req.mutable_worker() = Worker(0, 9);
+  EXPECT_EQ(ps->ReplaceWorker(req).code(), absl::StatusCode::kPermissionDenied);
+  *req.mutable_sender() = MakeSender("chief", 0);
+  *req.mutable_worker() = Worker(2, 9);
+  EXPECT_EQ(ps->ReplaceWorker(req).code(), absl::StatusCode::kInvalidArgument);
+  *req.mutable_worker() = Worker(0, 9);
+  ASSERT_TRUE(ps->ReplaceWorker(req).ok());
+  EXPECT_EQ(Push(ps.get(), Worker(0, 7), "w", 1.0f, 0).code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Push(ps.get(), Worker(0, 9), "w", 1.0f, 0).ok());
+  auto sync = MakePs("sync", 2, 2, 0, 10, {Worker(0, 7), Worker(1, 8)});
+  EXPECT_EQ(sync->ReplaceWorker(req).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(AdmissionTest, NonFiniteGradientIsRefusedAndCounted) {
   auto ps = MakePs("async", 1, 0, 0);
   Create(ps.get(), "w", Tensor({4}, 0.0f), Sgd(1.0));

@@ -76,6 +76,42 @@ TEST(JobConfigTest, ValidateForChecksWhatDependsOnTheCluster) {
   EXPECT_THAT(Invalid(JobConfig(), 1, 0), HasSubstr("0 workers"));
 }
 
+TEST(JobConfigTest, TheTaskQueueNeedsAsyncABuiltInModelAndSaneHeartbeats) {
+  JobConfig c;
+  c.task_rows = 1000;
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
+  c.task_rows = -1;
+  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows -1 must be non-negative"));
+  c.task_rows = 1000;
+  c.mode = "sync";
+  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows needs --mode async"));
+  c.mode = "async";
+  c.heartbeat_timeout_secs = 0.5;
+  EXPECT_THAT(Invalid(c), HasSubstr("--heartbeat_secs 1 must be positive and less than "
+                                    "--heartbeat_timeout_secs 0.5"));
+  c.heartbeat_timeout_secs = 10;
+  c.model = "external";
+  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows is for the built-in models"));
+}
+
+TEST(JobResultTest, TheLedgerTotalsAreInTheJsonWithTheTaskQueue) {
+  JobResult r;
+  EXPECT_FALSE(nlohmann::json::parse(r.ToJson()).contains("tasks"));
+  r.task_queue = true;
+  r.tasks = r.tasks_applied = 120;
+  r.tasks_redone = 1;
+  r.workers_declared_dead = 1;
+  nlohmann::json j = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(j["tasks"], 120);
+  EXPECT_EQ(j["tasks_redone"], 1);
+  EXPECT_EQ(j["tasks_applied_once"], true);
+  EXPECT_FALSE(j.contains("ledger_problem"));
+  r.ledger_check = "task 3 of epoch 0 was applied 0 times";
+  j = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(j["tasks_applied_once"], false);
+  EXPECT_EQ(j["ledger_problem"], r.ledger_check);
+}
+
 TEST(ProgressLineTest, ShowsTheGlobalStepOutOfTheTotalElapsedAndEta) {
   ProgressView v;
   v.epoch = 2;

@@ -199,6 +199,15 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--task_timeout", task_timeout_s_,
                   "seconds a worker may stay silent, and a pull may wait for a step or clock")
       ->capture_default_str();
+  app->add_option("--task_rows", c.task_rows,
+                  "rows per task of the chief's task queue (0: a fixed shard per worker; async)")
+      ->capture_default_str();
+  app->add_option("--heartbeat_secs", c.heartbeat_secs,
+                  "task queue: seconds between a worker's heartbeats")
+      ->capture_default_str();
+  app->add_option("--heartbeat_timeout_secs", c.heartbeat_timeout_secs,
+                  "task queue: silence after which a worker is declared dead and replaceable")
+      ->capture_default_str();
   app->add_option("--nonfinite", nonfinite_,
                   "a NaN/Inf gradient: skip (count it, go on) or stop (end the job)")
       ->capture_default_str();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
 namespace {
@@ -18,6 +19,8 @@ std::string Ago(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Seconds(1)));
 }
 
+}  // namespace
+
 // InvalidArgument unless the request names a sender with a job of sane length.
 absl::Status CheckSenderPresent(bool has_sender, const Sender& s, const std::string& what) {
   if (!has_sender || s.job().empty()) {
@@ -29,8 +32,6 @@ absl::Status CheckSenderPresent(bool has_sender, const Sender& s, const std::str
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 Coordinator::Coordinator(std::vector<std::string> ps_addresses, int num_workers,
                          absl::Duration sweep_interval)
@@ -87,7 +88,16 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
         absl::StrCat("register from ", task, " without an incarnation"));
   }
   Sender& registered = (*table)[s.task()];
-  if (registered.incarnation() != 0 && registered.incarnation() != s.incarnation()) {
+  if (ledger_ && s.job() == "worker") {
+    // The ledger accepts a new incarnation once the old one is declared dead.
+    if (absl::Status st = ledger_->Register(s.task(), s.incarnation(), absl::Now()); !st.ok()) {
+      return st;
+    }
+    if (registered.incarnation() != s.incarnation()) {
+      spdlog::warn("{} rejoined as incarnation {} (incarnation {} was declared dead)", task,
+                   s.incarnation(), registered.incarnation());
+    }
+  } else if (registered.incarnation() != 0 && registered.incarnation() != s.incarnation()) {
     return absl::FailedPreconditionError(
         absl::StrCat(task, " is already registered by another process (incarnation ",
                      registered.incarnation(), "); this job does not accept restarted tasks"));
@@ -96,6 +106,7 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
   (s.job() == "ps" ? ps_seen_ : workers_seen_)[s.task()] = absl::Now();
   resp->set_mode(mode_);
   resp->set_chief_incarnation(chief_incarnation_);
+  if (ledger_) resp->set_heartbeat_interval_s(absl::ToDoubleSeconds(heartbeat_interval_));
   for (const std::string& a : ps_addresses_) resp->add_ps_addresses(a);
   return absl::OkStatus();
 }
@@ -120,6 +131,7 @@ absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) 
     return absl::InvalidArgumentError(absl::StrCat(
         what, " from unknown task ", task, ": the cluster has ", num_workers_, " worker task(s)"));
   }
+  if (ledger_) return ledger_->Check(s.task(), s.incarnation(), what.c_str());
   const uint64_t registered = workers_[s.task()].incarnation();
   if (registered == 0) {
     return absl::FailedPreconditionError(
@@ -131,6 +143,13 @@ absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) 
         " is registered by incarnation ", registered, " (a stale or restarted process)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckAndSee(const Sender& s, const std::string& what) {
+  if (absl::Status st = CheckWorker(s, what); !st.ok()) return st;
+  const absl::Time now = absl::Now();
+  workers_seen_[s.task()] = now;
+  return ledger_ ? ledger_->Heartbeat(s.task(), s.incarnation(), now) : absl::OkStatus();
 }
 
 void Coordinator::SetReady() {
@@ -192,7 +211,7 @@ void Coordinator::Barrier(const BarrierRequest& req, BarrierCall call) {
     absl::MutexLock lock(&mu_);
     const std::string what = "barrier";
     refused = CheckSenderPresent(req.has_sender(), req.sender(), what);
-    if (refused.ok()) refused = CheckWorker(req.sender(), what);
+    if (refused.ok()) refused = CheckAndSee(req.sender(), what);
     if (!refused.ok()) {
     } else if (req.name().empty()) {
       refused = absl::InvalidArgumentError("a barrier needs a name");
@@ -258,6 +277,12 @@ void Coordinator::SweepLoop() {
   while (!closing_) {
     mu_.AwaitWithTimeout(absl::Condition(&closing_), sweep_interval_);
     Sweep(absl::Now(), &finished);
+    if (ledger_) {
+      for (int w : ledger_->CheckDeadlines(absl::Now())) {
+        spdlog::warn("{} declared dead: silent for more than {}; its task goes back to the queue",
+                     TaskName("worker", w), absl::FormatDuration(ledger_timeout_));
+      }
+    }
     if (finished.empty()) continue;
     mu_.Unlock();
     Run(finished);
@@ -280,7 +305,7 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
     if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), what); !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
+    if (absl::Status s = CheckAndSee(req.sender(), what); !s.ok()) return s;
     workers_seen_[req.sender().task()] = absl::Now();
     fn = create_variable_;
   }
@@ -308,7 +333,7 @@ absl::Status Coordinator::CreateTable(const CreateTableRequest& req, CreateTable
     if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), what); !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckWorker(req.sender(), what); !s.ok()) return s;
+    if (absl::Status s = CheckAndSee(req.sender(), what); !s.ok()) return s;
     workers_seen_[req.sender().task()] = absl::Now();
     fn = create_table_;
   }
@@ -337,7 +362,7 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
   Finished finished;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status st = CheckWorker(s, what); !st.ok()) return st;
+    if (absl::Status st = CheckAndSee(s, what); !st.ok()) return st;
     WorkerProgress& p = progress_[s.task()];
     p.epoch = req.epoch();
     p.steps = req.steps();

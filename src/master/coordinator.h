@@ -18,6 +18,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "master.grpc.pb.h"
+#include "master/task_ledger.h"
+#include "nlohmann/json.hpp"
 
 namespace pstrain {
 
@@ -71,7 +73,8 @@ class Coordinator {
 
   // Registers a ps or worker task and answers with the job's mode, the chief's incarnation and
   // every PS address. The same task again with the same incarnation is a harmless retry; with
-  // another incarnation it is FailedPrecondition (this job does not accept restarted tasks).
+  // another incarnation it is FailedPrecondition (this job does not accept restarted tasks),
+  // except, once the task queue is on, for a worker whose old incarnation was declared dead.
   absl::Status Register(const RegisterRequest& req, RegisterResponse* resp);
   // The workers as they registered (with their incarnations), by task.
   std::vector<Sender> Workers() const;
@@ -105,6 +108,26 @@ class Coordinator {
   // the job). A report of done re-checks the open barriers. Sets *stop when the job is ending.
   absl::Status Report(const ProgressRequest& req, bool* stop);
 
+  // Turns on the task queue (master/task_ledger.h) over the workers registered so far: from then
+  // on workers take tasks (NextTask, TaskDone), every worker call counts as a heartbeat, and
+  // the sweep declares dead a worker silent past `heartbeat_timeout`. Registering workers are
+  // told `heartbeat_interval`. InvalidArgument for a bad shape; FailedPrecondition if on already.
+  absl::Status EnableTasks(const LedgerShape& shape, absl::Duration heartbeat_interval,
+                           absl::Duration heartbeat_timeout);
+  // Without the task queue: FailedPrecondition. Otherwise the sender is checked as above and by
+  // the ledger (a declared-dead incarnation is FailedPrecondition "... declared dead at ...").
+  absl::Status NextTask(const NextTaskRequest& req, NextTaskResponse* resp);
+  absl::Status TaskDone(const TaskDoneRequest& req);
+  absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
+  // The ledger's JSON (TaskLedger::ToJson); null without the task queue.
+  nlohmann::json LedgerJson() const;
+  // "" once every task of every epoch was applied exactly once, else what was not; without the
+  // task queue, says so.
+  std::string LedgerCheck() const;
+  bool TasksFinished() const;
+  // By worker task: registered and, with the task queue, not declared dead since.
+  std::vector<bool> LiveWorkers() const;
+
   // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks;
   // Cancelled if Abort was called.
   absl::Status WaitForRegistration(absl::Duration timeout);
@@ -123,7 +146,11 @@ class Coordinator {
     std::map<int, BarrierCall> arrivals;  // by worker task
   };
 
-  // OK if `s` names a registered worker with its registered incarnation; `what` names the call.
+  // OK if `s` names a registered worker with its registered incarnation (and, with the task
+  // queue, one not declared dead); `what` names the call. CheckAndSee also records the call as
+  // the worker's heartbeat.
+  absl::Status CheckAndSee(const Sender& s, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckWorker(const Sender& s, const std::string& what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Moves the arrivals of every barrier that may release into *out and frees those barriers.
@@ -156,9 +183,16 @@ class Coordinator {
   int64_t reports_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::string> abort_ ABSL_GUARDED_BY(mu_);
+  std::optional<TaskLedger> ledger_ ABSL_GUARDED_BY(mu_);  // set by EnableTasks
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Duration ledger_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;  // last: started once everything above is constructed
 };
+
+// InvalidArgument unless the request names a sender (has_sender) with a job of sane length;
+// `what` names the call.
+absl::Status CheckSenderPresent(bool has_sender, const Sender& s, const std::string& what);
 
 // gRPC MasterService (callback API) over a Coordinator that must outlive it.
 std::unique_ptr<grpc::Service> MakeMasterService(Coordinator* coordinator);

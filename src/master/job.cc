@@ -90,9 +90,11 @@ class Job {
     result.mode = config_.mode;
     if (model_job_ != nullptr) {
       result.model = config_.model;
+      if (absl::Status s = EnableTasks(); !s.ok()) return s;
       if (absl::Status s = StartWorkers(&result.bad_lines_skipped); !s.ok()) return s;
     }
     if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
+    if (config_.task_rows > 0) LedgerTotals(&result);
     if (checkpoints_ != nullptr) checkpoints_->SaveAndWait().IgnoreError();  // logged
     result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
@@ -221,9 +223,56 @@ class Job {
     if (std::optional<std::string> w = placer_->Imbalance()) spdlog::warn("{}", *w);
   }
 
-  // Starts every worker on its shard; *bad_lines_skipped sums the data lines they skipped.
+  // The task queue (docs/recovery.md), with --task_rows.
+  absl::Status EnableTasks() {
+    if (config_.task_rows <= 0) return absl::OkStatus();
+    return coordinator_->EnableTasks({model_job_->train_records(), config_.task_rows,
+                                      config_.epochs, static_cast<int>(workers_.size())},
+                                     absl::Seconds(config_.heartbeat_secs),
+                                     absl::Seconds(config_.heartbeat_timeout_secs));
+  }
+  void LedgerTotals(JobResult* result) const {
+    const nlohmann::json l = coordinator_->LedgerJson();
+    result->task_queue = true;
+    result->tasks = l["tasks"].get<int64_t>();
+    result->tasks_applied = l["applied"].get<int64_t>();
+    result->tasks_redone = l["redone"].get<int64_t>();
+    result->workers_declared_dead = l["workers_declared_dead"].get<int64_t>();
+    result->ledger_check = coordinator_->LedgerCheck();
+  }
+
+  // Task queue: a worker declared dead is not waited for; one registered by a new incarnation (a
+  // restarted process) is announced to every PS in place of the old one and started.
+  absl::Status StartReplacements(std::vector<absl::Time>* alive, absl::Time now) {
+    const std::vector<Sender> workers = coordinator_->Workers();
+    const std::vector<bool> live = coordinator_->LiveWorkers();
+    for (size_t t = 0; t < workers.size(); ++t) {
+      if (!live[t]) (*alive)[t] = now;
+      if (!live[t] || workers[t].incarnation() == started_[t]) continue;
+      ReplaceWorkerRequest req;
+      *req.mutable_sender() = MakeSender("chief", 0);
+      *req.mutable_worker() = workers[t];
+      for (size_t p = 0; p < ps_.size(); ++p) {
+        ReplaceWorkerResponse resp;
+        absl::Status s = CallWithRetry(
+            config_.rpc_timeout, "ReplaceWorker", TaskName("ps", p),
+            [&](grpc::ClientContext* ctx) { return ps_[p]->ReplaceWorker(ctx, req, &resp); });
+        if (!s.ok()) return s;
+      }
+      StartTrainingResponse resp;
+      if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
+      started_[t] = workers[t].incarnation();
+      (*alive)[t] = now;
+      spdlog::info("{} replaced by incarnation {}, started on the task queue",
+                   TaskName("worker", t), workers[t].incarnation());
+    }
+    return absl::OkStatus();
+  }
+
+  // Starts every worker on its shard (with the task queue: on the queue); *bad_lines_skipped
+  // sums the data lines they skipped.
   absl::Status StartWorkers(int64_t* bad_lines_skipped) {
-    TrainingSpec spec;
+    TrainingSpec& spec = spec_;
     model_job_->FillSpec(&spec);
     spec.set_num_shards(static_cast<int>(workers_.size()));
     spec.set_batch_size(config_.batch_size);
@@ -233,24 +282,35 @@ class Job {
     spec.set_mode(config_.mode);
     if (config_.mode == "sync") spec.set_total_steps(SyncSteps());
     spec.set_stop_on_nonfinite(config_.stop_on_nonfinite);
+    if (config_.task_rows > 0) {
+      spec.set_num_shards(1);
+      spec.set_task_queue(true);
+      spec.set_heartbeat_interval_s(config_.heartbeat_secs);
+    }
+    const std::vector<Sender> registered = coordinator_->Workers();
     for (size_t t = 0; t < workers_.size(); ++t) {
-      StartTrainingRequest req;
-      *req.mutable_sender() = MakeSender("chief", 0);
-      *req.mutable_spec() = spec;
-      req.mutable_spec()->set_shard_index(static_cast<int>(t));
-      req.mutable_spec()->set_seed(config_.seed * 1000003 + t);
-      if (static_cast<int>(t) == config_.slow_worker) {
-        req.mutable_spec()->set_step_delay_ms(config_.slow_worker_delay_ms);
-      }
-      // Retried: a worker repeats nothing for a StartTraining it already took from this chief.
+      started_.push_back(registered[t].incarnation());
       StartTrainingResponse resp;
-      absl::Status s = CallWithRetry(
-          config_.rpc_timeout, "StartTraining", TaskName("worker", t),
-          [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, &resp); });
-      if (!s.ok()) return s;
+      if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
       *bad_lines_skipped += resp.bad_lines_skipped();
     }
     return absl::OkStatus();
+  }
+
+  // Starts worker `t` on spec_. Retried: a worker repeats nothing for a StartTraining it
+  // already took from this chief.
+  absl::Status StartWorker(size_t t, StartTrainingResponse* resp) {
+    StartTrainingRequest req;
+    *req.mutable_sender() = MakeSender("chief", 0);
+    *req.mutable_spec() = spec_;
+    req.mutable_spec()->set_shard_index(spec_.task_queue() ? 0 : static_cast<int>(t));
+    req.mutable_spec()->set_seed(config_.seed * 1000003 + t);
+    if (static_cast<int>(t) == config_.slow_worker) {
+      req.mutable_spec()->set_step_delay_ms(config_.slow_worker_delay_ms);
+    }
+    return CallWithRetry(
+        config_.rpc_timeout, "StartTraining", TaskName("worker", t),
+        [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, resp); });
   }
 
   // The job's length in global steps, if the chief knows it.
@@ -276,10 +336,13 @@ class Job {
       for (size_t t = 0; t < progress.size(); ++t) {
         if (!progress[t].barrier.empty()) alive[t] = now;
       }
+      if (config_.task_rows > 0) {
+        if (absl::Status s = StartReplacements(&alive, now); !s.ok()) return s;
+      }
       if (absl::Status s = CheckWorkers(progress, alive, now, config_.task_timeout); !s.ok()) {
         return s;
       }
-      const bool all_done = Summarize(progress, result);
+      const bool all_done = Summarize(progress, result) || TasksDone(progress);
       if (checkpoints_ != nullptr && !all_done) checkpoints_->MaybeSave(result->global_step);
       const ProgressView view =
           ViewOf(progress, *result, model_job_ != nullptr ? config_.epochs : 0, now - start);
@@ -296,6 +359,16 @@ class Job {
       }
       if (all_done) return absl::OkStatus();
     }
+  }
+
+  // Task queue: every task applied and every worker done or declared dead.
+  bool TasksDone(const std::vector<WorkerProgress>& progress) const {
+    if (config_.task_rows <= 0 || !coordinator_->TasksFinished()) return false;
+    const std::vector<bool> live = coordinator_->LiveWorkers();
+    for (size_t t = 0; t < progress.size(); ++t) {
+      if (live[t] && !progress[t].done) return false;
+    }
+    return true;
   }
 
   // Sums the reports into *result; true once every worker is done.
@@ -377,6 +450,8 @@ class Job {
   std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
   CheckpointManager* checkpoints_ = nullptr;
   const LoadedCheckpoint* restore_ = nullptr;
+  TrainingSpec spec_;              // what StartWorkers sent, for replacements
+  std::vector<uint64_t> started_;  // by worker: the incarnation started on spec_
 };
 
 // The running jobs of this process, for RequestJobStop.

@@ -79,6 +79,16 @@ absl::Status JobConfig::Validate() const {
     return Bad("--checkpoint_dir and --restore_from are for the built-in models, not --model ",
                model);
   }
+  if (task_rows < 0) return Bad("--task_rows ", task_rows, " must be non-negative");
+  if (task_rows > 0) {
+    if (mode != "async") return Bad("--task_rows needs --mode async (sync and ssp: not yet)");
+    if (!BuiltInModel()) return Bad("--task_rows is for the built-in models, not --model ", model);
+    if (!(heartbeat_secs > 0) || !(heartbeat_timeout_secs > heartbeat_secs) ||
+        std::isinf(heartbeat_timeout_secs)) {
+      return Bad("--heartbeat_secs ", heartbeat_secs, " must be positive and less than ",
+                 "--heartbeat_timeout_secs ", heartbeat_timeout_secs);
+    }
+  }
   if (slow_worker_delay_ms < 0) {
     return Bad("--slow_worker_delay_ms ", slow_worker_delay_ms, " must be non-negative");
   }
@@ -172,6 +182,14 @@ std::string JobResult::ToJson() const {
                       {"pulls_waited", ps_stats.pulls_waited()},
                       {"worker_stale_steps", worker_stale_steps}};
   if (total_steps > 0) j["total_steps"] = total_steps;
+  if (task_queue) {
+    j["tasks"] = tasks;
+    j["tasks_applied"] = tasks_applied;
+    j["tasks_redone"] = tasks_redone;
+    j["workers_declared_dead"] = workers_declared_dead;
+    j["tasks_applied_once"] = ledger_check.empty();
+    if (!ledger_check.empty()) j["ledger_problem"] = ledger_check;
+  }
   if (!model.empty()) j["model"] = model;
   if (classification || test_accuracy > 0) j["test_accuracy"] = Round(test_accuracy, 4);
   if (binary) {

@@ -69,7 +69,15 @@ struct JobConfig {
   double checkpoint_every_secs = 0;
   int keep_checkpoints = 3;
   std::string restore_from;
-  bool restore_if_any = false;  // --resume: a root without a checkpoint yet starts from scratch
+  bool restore_if_any = false;
+  // The task queue (docs/recovery.md): with task_rows > 0 each epoch is cut into tasks of this
+  // many rows that workers take from the chief, heartbeating every heartbeat_secs; a worker
+  // silent for heartbeat_timeout_secs is declared dead and may be replaced. 0: every worker
+  // trains on a fixed shard. Async mode only so far.
+  int64_t task_rows = 0;
+  double heartbeat_secs = 1;
+  double heartbeat_timeout_secs =
+      10;  // --resume: a root without a checkpoint yet starts from scratch
 
   JobConfig();
   // Whether the chief trains a built-in model (anything but "external").
@@ -180,6 +188,11 @@ struct JobResult {
   std::vector<int64_t> worker_stale_steps;  // sync: steps whose gradient was dropped as stale
   int64_t nonfinite_skipped = 0;            // steps whose gradient had NaN/Inf (skip policy)
   StatsResponse ps_stats;                   // summed over PS tasks (max for max_clock_gap)
+  // With the task queue: the ledger's totals, and "" if every task of every epoch was applied
+  // exactly once (else the first that was not).
+  bool task_queue = false;
+  int64_t tasks = 0, tasks_applied = 0, tasks_redone = 0, workers_declared_dead = 0;
+  std::string ledger_check;
   std::string ToJson() const;
 };
 

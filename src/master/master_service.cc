@@ -24,7 +24,11 @@ using Base = MasterService::WithRawCallbackMethod_Register<
     MasterService::WithRawCallbackMethod_ReportProgress<
         MasterService::WithRawCallbackMethod_CreateVariable<
             MasterService::WithRawCallbackMethod_Barrier<
-                MasterService::WithRawCallbackMethod_CreateTable<MasterService::Service>>>>>;
+                MasterService::WithRawCallbackMethod_CreateTable<
+                    MasterService::WithRawCallbackMethod_NextTask<
+                        MasterService::WithRawCallbackMethod_TaskDone<
+                            MasterService::WithRawCallbackMethod_Heartbeat<
+                                MasterService::Service>>>>>>>>;
 
 class MasterServiceImpl final : public Base {
  public:
@@ -50,6 +54,27 @@ class MasterServiceImpl final : public Base {
     return ServeRaw<CreateTableRequest, CreateTableResponse>(
         ctx, req, resp, "CreateTable",
         [this](const auto& q, auto* r, FinishFn done) { done(coordinator_->CreateTable(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* NextTask(grpc::CallbackServerContext* ctx, const Raw* req,
+                                     Raw* resp) override {
+    return ServeRaw<NextTaskRequest, NextTaskResponse>(
+        ctx, req, resp, "NextTask",
+        [this](const auto& q, auto* r, FinishFn done) { done(coordinator_->NextTask(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* TaskDone(grpc::CallbackServerContext* ctx, const Raw* req,
+                                     Raw* resp) override {
+    return ServeRaw<TaskDoneRequest, TaskDoneResponse>(
+        ctx, req, resp, "TaskDone",
+        [this](const auto& q, auto*, FinishFn done) { done(coordinator_->TaskDone(q)); });
+  }
+
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const Raw* req,
+                                      Raw* resp) override {
+    return ServeRaw<HeartbeatRequest, HeartbeatResponse>(
+        ctx, req, resp, "Heartbeat",
+        [this](const auto& q, auto* r, FinishFn done) { done(coordinator_->Heartbeat(q, r)); });
   }
 
   // Held open until the barrier releases or the arrival is withdrawn; finished from the thread

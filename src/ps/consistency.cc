@@ -123,6 +123,24 @@ void Consistency::PublishLocked() {
   counting_.store(now);
 }
 
+absl::Status Consistency::ReplaceWorker(const Sender& w) {
+  absl::MutexLock lock(&mu_);
+  if (mode_ != Mode::kAsync || announced_.empty()) {
+    return absl::FailedPreconditionError(
+        "a worker can be replaced only in async mode with announced workers");
+  }
+  if (w.job() != "worker" || w.task() < 0 || w.task() >= num_workers_ || w.incarnation() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("replacement ", SenderString(w),
+                                                   " is not one of the ", num_workers_,
+                                                   " workers with an incarnation"));
+  }
+  announced_[w.task()] = true;
+  incarnations_[w.task()] = w.incarnation();
+  states_[w.task()] = WorkerState::kActive;
+  PublishLocked();
+  return absl::OkStatus();
+}
+
 int Consistency::WorkerSlot(const Sender& s) const {
   absl::MutexLock lock(&mu_);
   return SlotLocked(s);

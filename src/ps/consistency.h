@@ -49,6 +49,10 @@ class Consistency {
   // OK for an announced worker with its announced incarnation, or for any sender while the chief
   // announced no worker; PermissionDenied naming the sender and `method` otherwise.
   absl::Status CheckWorker(const Sender& s, absl::string_view method) const;
+  // Async mode: worker slot `w.task()` is from now on incarnation `w.incarnation()`, active.
+  // FailedPrecondition in sync and ssp or while no worker is announced; InvalidArgument for a
+  // sender that is no worker of the job.
+  absl::Status ReplaceWorker(const Sender& w);
   // CheckWorker("push"), and FailedPrecondition for a worker that left for good.
   absl::Status CheckPusher(const Sender& s) const;
   // Slot of a worker task in the per-worker tables, or -1.

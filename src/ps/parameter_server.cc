@@ -69,6 +69,14 @@ absl::StatusOr<VariablePtr> ParameterServerImpl::Find(absl::string_view name) {
   return it->second;
 }
 
+absl::Status ParameterServerImpl::ReplaceWorker(const ReplaceWorkerRequest& req) {
+  if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  absl::MutexLock admin(&admin_mu_);
+  if (absl::Status s = CheckChief(req.sender(), "ReplaceWorker"); !s.ok()) return s;
+  return WithPrefix(consistency_.ReplaceWorker(req.worker()),
+                    absl::StrCat("replace worker on ", Where(), ": "));
+}
+
 absl::Status ParameterServerImpl::Configure(const ConfigureRequest& req, ConfigureResponse* resp) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   absl::MutexLock admin(&admin_mu_);

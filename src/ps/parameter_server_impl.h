@@ -112,6 +112,7 @@ class ParameterServerImpl final : public ParameterServer {
 
   void ExpectChief(uint64_t incarnation) override;
   absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) override;
+  absl::Status ReplaceWorker(const ReplaceWorkerRequest& req) override;
   absl::Status CreateVariables(const CreateVariablesRequest& req,
                                CreateVariablesResponse* resp) override;
   absl::Status DeleteVariables(const DeleteVariablesRequest& req,

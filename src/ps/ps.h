@@ -55,6 +55,8 @@ class ParameterServer {
   // variable or table exists (FailedPrecondition after); a repeated Configure then replaces the
   // last one. Without it the server runs async and accepts any sender.
   virtual absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) = 0;
+  // From the chief only: Consistency::ReplaceWorker.
+  virtual absl::Status ReplaceWorker(const ReplaceWorkerRequest& req) = 0;
 
   // Values and versions of the named variables, in request order. NotFound names an unknown one;
   // InvalidArgument for a name given twice; ResourceExhausted if their bytes pass

@@ -35,7 +35,9 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                                                     ParameterServerService::
                                                         WithRawCallbackMethod_Import<
                                                             ParameterServerService::
-                                                                Service>>>>>>>>>>>>>;
+                                                                WithRawCallbackMethod_ReplaceWorker<
+                                                                    ParameterServerService::
+                                                                        Service>>>>>>>>>>>>>>;
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -47,6 +49,13 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<ConfigureRequest, ConfigureResponse>(
         ctx, req, resp, "Configure",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->Configure(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* ReplaceWorker(grpc::CallbackServerContext* ctx, const Raw* req,
+                                          Raw* resp) override {
+    return ServeRaw<ReplaceWorkerRequest, ReplaceWorkerResponse>(
+        ctx, req, resp, "ReplaceWorker",
+        [this](const auto& q, auto*, FinishFn done) { done(ps_->ReplaceWorker(q)); });
   }
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const Raw* req,

@@ -102,6 +102,18 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
     return Bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
   }
+  if (spec.task_queue()) {
+    if (spec.num_shards() != 1) {
+      return Bad("a worker of the task queue reads every training record (1 shard, not ",
+                 spec.num_shards(), ")");
+    }
+    if (!(spec.heartbeat_interval_s() > 0)) {
+      return Bad("the task queue needs a positive heartbeat interval");
+    }
+    if (spec.mode() != "async") {
+      return Bad("the task queue runs in async mode only so far, not ", spec.mode());
+    }
+  }
   if (spec.mode() == "sync" && spec.total_steps() < 1) {
     return Bad("sync mode needs the job's total_steps");
   }
@@ -177,45 +189,89 @@ void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions&
   ModelInputs inputs;
   ModelGrads grads;
   uint64_t next_step = 0;  // sync: the global step this worker waits for
-  // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
-  // total_steps, since dropped (stale) gradients do not count towards it.
-  bool reached_total = false;
-  for (int pass = 0; !reached_total && (sync || pass < spec.epochs()); ++pass) {
-    std::shuffle(order.begin(), order.end(), rng);
-    for (size_t at = 0; !reached_total && at < order.size(); at += spec.batch_size()) {
-      if (options.stop->load()) return;
-      const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
-      batch.Clear();
-      for (int64_t r = 0; r < rows; ++r) batch.AppendRow(data, order[at + r]);
-      const std::vector<std::vector<uint64_t>>& keys = model->TouchedKeys(batch);
-      absl::Status s =
-          params.Read(keys, sync ? next_step : 0, ssp ? report.steps() : 0, sync, &inputs);
-      if (!s.ok()) return fail(std::string(s.message()));
-      const uint64_t step = params.step();
-      if (sync && static_cast<int64_t>(step) >= spec.total_steps()) {
-        reached_total = true;
-        break;
+  // One step on the rows order[at, at + batch_size) of `data`, in epoch `epoch` (async, ssp).
+  enum class Outcome { kNext, kReachedTotal, kStop };
+  auto step_on = [&](const std::vector<int64_t>& order, size_t at, int epoch) -> Outcome {
+    if (options.stop->load()) return Outcome::kStop;
+    const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
+    batch.Clear();
+    for (int64_t r = 0; r < rows; ++r) batch.AppendRow(data, order[at + r]);
+    const std::vector<std::vector<uint64_t>>& keys = model->TouchedKeys(batch);
+    absl::Status s =
+        params.Read(keys, sync ? next_step : 0, ssp ? report.steps() : 0, sync, &inputs);
+    if (!s.ok()) {
+      fail(std::string(s.message()));
+      return Outcome::kStop;
+    }
+    const uint64_t step = params.step();
+    if (sync && static_cast<int64_t>(step) >= spec.total_steps()) return Outcome::kReachedTotal;
+    report.set_epoch(sync ? static_cast<int>(step / steps_per_epoch) : epoch);
+    if (spec.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
+      std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
+    }
+    loss_sum += model->ForwardBackward(inputs, batch, &grads);
+    ++loss_count;
+    if (std::string bad = NonFinite(grads, model->params(), model->tables(), keys); !bad.empty()) {
+      if (spec.stop_on_nonfinite()) {
+        fail(absl::StrCat("step ", report.steps(), ": ", bad));
+        return Outcome::kStop;
       }
-      report.set_epoch(sync ? static_cast<int>(step / steps_per_epoch) : pass);
-      if (spec.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
-        std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
+      report.set_nonfinite_skipped(report.nonfinite_skipped() + 1);
+    } else {
+      int dropped = 0;
+      s = params.Write(keys, grads, sync, &dropped);
+      if (!s.ok()) {
+        fail(std::string(s.message()));
+        return Outcome::kStop;
       }
-      loss_sum += model->ForwardBackward(inputs, batch, &grads);
-      ++loss_count;
-      if (std::string bad = NonFinite(grads, model->params(), model->tables(), keys);
-          !bad.empty()) {
-        if (spec.stop_on_nonfinite()) return fail(absl::StrCat("step ", report.steps(), ": ", bad));
-        report.set_nonfinite_skipped(report.nonfinite_skipped() + 1);
-      } else {
-        int dropped = 0;
-        s = params.Write(keys, grads, sync, &dropped);
-        if (!s.ok()) return fail(std::string(s.message()));
-        if (dropped > 0) report.set_stale_dropped(report.stale_dropped() + 1);
+      if (dropped > 0) report.set_stale_dropped(report.stale_dropped() + 1);
+    }
+    next_step = step + 1;
+    report.set_steps(report.steps() + 1);
+    report.set_examples(report.examples() + rows);
+    if (report.steps() % spec.report_every() == 0 && !send()) return Outcome::kStop;
+    return Outcome::kNext;
+  };
+  if (spec.task_queue()) {
+    // Tasks from the chief's queue until none is left: each one's rows, shuffled, in batches.
+    for (;;) {
+      absl::StatusOr<std::optional<TaskAssignment>> task = options.next_task();
+      if (!task.ok()) return fail(std::string(task.status().message()));
+      if (!task->has_value()) break;
+      const TaskAssignment& t = **task;
+      if (t.begin() < 0 || t.end() <= t.begin() || t.end() > n) {
+        return fail(absl::StrCat("the chief handed out rows [", t.begin(), ", ", t.end(),
+                                 ") of task ", t.task(), "; the data has ", n));
       }
-      next_step = step + 1;
-      report.set_steps(report.steps() + 1);
-      report.set_examples(report.examples() + rows);
-      if (report.steps() % spec.report_every() == 0 && !send()) return;
+      order.resize(t.end() - t.begin());
+      std::iota(order.begin(), order.end(), t.begin());
+      std::shuffle(order.begin(), order.end(), rng);
+      const int64_t steps_before = report.steps();
+      for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
+        if (step_on(order, at, t.epoch()) != Outcome::kNext) return;
+      }
+      TaskDoneRequest done;
+      *done.mutable_sender() = report.sender();
+      done.set_epoch(t.epoch());
+      done.set_task(t.task());
+      done.set_steps(report.steps() - steps_before);
+      done.set_examples(static_cast<int64_t>(order.size()));
+      if (absl::Status s = options.task_done(done); !s.ok()) return fail(std::string(s.message()));
+    }
+  } else {
+    // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
+    // total_steps, since dropped (stale) gradients do not count towards it.
+    bool reached_total = false;
+    for (int pass = 0; !reached_total && (sync || pass < spec.epochs()); ++pass) {
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
+        const Outcome o = step_on(order, at, pass);
+        if (o == Outcome::kStop) return;
+        if (o == Outcome::kReachedTotal) {
+          reached_total = true;
+          break;
+        }
+      }
     }
   }
   if (absl::Status s = params.Leave(); !s.ok()) return fail(std::string(s.message()));

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,14 +38,20 @@ struct TrainerOptions {
   // Sends a report to the chief; returns false when the worker should stop (job ending or chief
   // unreachable).
   std::function<bool(const ProgressRequest&)> report;
+  // With spec.task_queue: the next task from the chief (nullopt: none is left), and the report
+  // that a task is done; an error ends training (reported).
+  std::function<absl::StatusOr<std::optional<TaskAssignment>>()> next_task;
+  std::function<absl::Status(const TaskDoneRequest&)> task_done;
   const std::atomic<bool>* stop = nullptr;  // set from outside to stop at the next step
   CallCanceller* cancel = nullptr;          // ends the calls to the PS in flight, if set
 };
 
-// Trains for spec.epochs over `data` (this worker's shard, checked by ValidateSpec and
-// CheckShard): per step the keys the batch touches, a pull of the dense parameters and a lookup
-// of the table rows (in parallel), forward and backward, a push of both gradients. Reports every
-// spec.report_every steps and once at the end (done or error).
+// With spec.task_queue, trains on the tasks options.next_task hands out (rows of `data`) until
+// none is left, reporting each one done. Otherwise trains for spec.epochs over `data` (this
+// worker's shard, checked by ValidateSpec and CheckShard): per step the keys the batch touches, a
+// pull of the dense parameters and a lookup of the table rows (in parallel), forward and backward,
+// a push of both gradients. Reports every spec.report_every steps and once at the end (done or
+// error).
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options);
 
 }  // namespace pstrain

@@ -38,6 +38,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     stop_ = true;
     cancel_.Cancel();
     if (thread_.joinable()) thread_.join();
+    if (heartbeat_.joinable()) heartbeat_.join();
   }
 
   grpc::Service* service() override { return this; }
@@ -106,7 +107,12 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     }
     if (!refused.ok()) outcome = refused;
     if (outcome) done(*outcome);
-    if (first) thread_ = std::thread([this, spec = req.spec()] { Run(spec); });
+    if (!first) return;
+    if (req.spec().task_queue() && req.spec().heartbeat_interval_s() > 0) {
+      const absl::Duration every = absl::Seconds(req.spec().heartbeat_interval_s());
+      heartbeat_ = std::thread([this, every] { HeartbeatLoop(every); });
+    }
+    thread_ = std::thread([this, spec = req.spec()] { Run(spec); });
   }
 
   // Only the chief this worker obeys may start or stop it.
@@ -170,7 +176,62 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
       RecordProgress(r);
       return Report(r, timeout);
     };
+    topts.next_task = [this, timeout] { return NextTask(timeout); };
+    topts.task_done = [this, timeout](const TaskDoneRequest& r) { return TaskDone(r, timeout); };
     Train(spec, *data, topts);
+  }
+
+  // Every `every` until the worker stops: a Heartbeat to the chief. A refusal (this process was
+  // declared dead) ends the worker: its task is someone else's now.
+  void HeartbeatLoop(absl::Duration every) {
+    HeartbeatRequest req;
+    *req.mutable_sender() = MakeSender("worker", options_.task);
+    while (!stop_) {
+      HeartbeatResponse resp;
+      const absl::Status s =
+          FromGrpcStatus(master_->Heartbeat(ContextWithTimeout(every).get(), req, &resp),
+                         "Heartbeat", "chief " + options_.chief_address);
+      if (absl::IsFailedPrecondition(s) || absl::IsPermissionDenied(s)) {
+        spdlog::error("{}", std::string(s.message()));
+        stop_ = true;
+        cancel_.Cancel();
+        ShutdownOnce(std::string(s.message()), false);
+        return;
+      }
+      if (s.ok() && resp.stop()) return;
+      for (absl::Time end = absl::Now() + every; !stop_ && absl::Now() < end;) {
+        absl::SleepFor(std::min(absl::Milliseconds(50), every));
+      }
+    }
+  }
+
+  // The next task of the chief's queue, asking again while it says WAIT; nullopt once every task
+  // is applied (or the worker stops).
+  absl::StatusOr<std::optional<TaskAssignment>> NextTask(absl::Duration timeout) {
+    NextTaskRequest req;
+    *req.mutable_sender() = MakeSender("worker", options_.task);
+    while (!stop_) {
+      NextTaskResponse resp;
+      absl::Status s = RetryUntil(timeout, "the chief at " + options_.chief_address, [&] {
+        return FromGrpcStatus(
+            master_->NextTask(ContextWithTimeout(kReportAttempt, true).get(), req, &resp),
+            "NextTask", "chief " + options_.chief_address);
+      });
+      if (!s.ok()) return s;
+      if (resp.kind() == NextTaskResponse::TASK) return resp.task();
+      if (resp.kind() == NextTaskResponse::FINISHED) break;
+      absl::SleepFor(absl::Seconds(std::clamp(resp.retry_after_s(), 0.01, 1.0)));
+    }
+    return std::nullopt;
+  }
+
+  absl::Status TaskDone(const TaskDoneRequest& req, absl::Duration timeout) {
+    return RetryUntil(timeout, "the chief at " + options_.chief_address, [&] {
+      TaskDoneResponse resp;
+      return FromGrpcStatus(
+          master_->TaskDone(ContextWithTimeout(kReportAttempt, true).get(), req, &resp), "TaskDone",
+          "chief " + options_.chief_address);
+    });
   }
 
   void RecordProgress(const ProgressRequest& r) {
@@ -244,6 +305,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   // Started by the first StartTraining (started_ makes it the only one); joined on destruction,
   // after the server stopped calling.
   std::thread thread_;
+  std::thread heartbeat_;  // with the task queue: started with thread_, joined on destruction
 };
 
 }  // namespace

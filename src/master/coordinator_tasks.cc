@@ -1,0 +1,118 @@
+// The Coordinator's task queue: EnableTasks and the NextTask, TaskDone and Heartbeat calls, over
+// a TaskLedger held under the Coordinator's lock.
+#include "absl/strings/str_cat.h"
+#include "master/coordinator.h"
+
+namespace pstrain {
+namespace {
+
+// How long a worker told WAIT waits before it asks again.
+constexpr double kRetryAfterSeconds = 0.05;
+
+}  // namespace
+
+absl::Status Coordinator::EnableTasks(const LedgerShape& shape, absl::Duration heartbeat_interval,
+                                      absl::Duration heartbeat_timeout) {
+  if (heartbeat_interval <= absl::ZeroDuration() || heartbeat_interval >= heartbeat_timeout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the heartbeat interval (", absl::FormatDuration(heartbeat_interval),
+                     ") must be positive and shorter than its timeout (",
+                     absl::FormatDuration(heartbeat_timeout), ")"));
+  }
+  absl::StatusOr<TaskLedger> ledger = TaskLedger::Create(shape, heartbeat_timeout);
+  if (!ledger.ok()) return ledger.status();
+  absl::MutexLock lock(&mu_);
+  if (ledger_) return absl::FailedPreconditionError("the task queue is on already");
+  if (shape.num_workers != num_workers_) {
+    return absl::InvalidArgumentError(absl::StrCat("a task ledger for ", shape.num_workers,
+                                                   " workers in a job of ", num_workers_));
+  }
+  const absl::Time now = absl::Now();
+  for (int t = 0; t < num_workers_; ++t) {
+    if (workers_[t].incarnation() == 0) continue;
+    if (absl::Status s = ledger->Register(t, workers_[t].incarnation(), now); !s.ok()) return s;
+  }
+  ledger_ = *std::move(ledger);
+  heartbeat_interval_ = heartbeat_interval;
+  ledger_timeout_ = heartbeat_timeout;
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse* resp) {
+  if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "NextTask"); !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!ledger_) return absl::FailedPreconditionError("NextTask: this job has no task queue");
+  if (absl::Status s = CheckAndSee(req.sender(), "NextTask"); !s.ok()) return s;
+  absl::StatusOr<pstrain::NextTask> next =
+      ledger_->Next(req.sender().task(), req.sender().incarnation(), absl::Now());
+  if (!next.ok()) return next.status();
+  switch (next->kind) {
+    case pstrain::NextTask::Kind::kTask: {
+      resp->set_kind(NextTaskResponse::TASK);
+      TaskAssignment* t = resp->mutable_task();
+      t->set_epoch(next->task.epoch);
+      t->set_task(next->task.id);
+      t->set_begin(next->task.begin);
+      t->set_end(next->task.end);
+      break;
+    }
+    case pstrain::NextTask::Kind::kWait:
+      resp->set_kind(NextTaskResponse::WAIT);
+      resp->set_retry_after_s(kRetryAfterSeconds);
+      break;
+    case pstrain::NextTask::Kind::kFinished:
+      resp->set_kind(NextTaskResponse::FINISHED);
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::TaskDone(const TaskDoneRequest& req) {
+  if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "TaskDone"); !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!ledger_) return absl::FailedPreconditionError("TaskDone: this job has no task queue");
+  if (absl::Status s = CheckAndSee(req.sender(), "TaskDone"); !s.ok()) return s;
+  return ledger_->Done(req.sender().task(), req.sender().incarnation(),
+                       {req.epoch(), req.task(), req.steps(), req.examples()}, absl::Now());
+}
+
+absl::Status Coordinator::Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp) {
+  if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "Heartbeat"); !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!ledger_) return absl::FailedPreconditionError("Heartbeat: this job has no task queue");
+  if (absl::Status s = CheckAndSee(req.sender(), "Heartbeat"); !s.ok()) return s;
+  resp->set_stop(stop_);
+  return absl::OkStatus();
+}
+
+nlohmann::json Coordinator::LedgerJson() const {
+  absl::MutexLock lock(&mu_);
+  return ledger_ ? ledger_->ToJson() : nlohmann::json();
+}
+
+std::string Coordinator::LedgerCheck() const {
+  absl::MutexLock lock(&mu_);
+  return ledger_ ? ledger_->CheckExactlyOnce() : "this job has no task queue";
+}
+
+bool Coordinator::TasksFinished() const {
+  absl::MutexLock lock(&mu_);
+  return ledger_ && ledger_->Finished();
+}
+
+std::vector<bool> Coordinator::LiveWorkers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<bool> live(num_workers_);
+  for (int t = 0; t < num_workers_; ++t) {
+    live[t] = ledger_ ? ledger_->Alive(t) : workers_[t].incarnation() != 0;
+  }
+  return live;
+}
+
+}  // namespace pstrain
