@@ -29,6 +29,13 @@ struct SlotValues {
   std::vector<float> values;
 };
 
+// Per (epoch, task) of the chief's queue: batches [0, next_batch) applied (PushTag, ps.proto).
+struct TaskWatermarkRecord {
+  int32_t epoch = 0;
+  int64_t task = 0;
+  int64_t next_batch = 0;
+};
+
 // One dense variable shard: rows [row_begin, row_end) of variable `variable` of shape `shape`.
 struct ShardRecord {
   std::string name;  // the shard's name on the PS ("w" or "w/part_1")
@@ -41,6 +48,7 @@ struct ShardRecord {
   std::string optimizer_config;  // the serialized OptimizerConfig
   std::vector<float> values;
   std::vector<SlotValues> slots;
+  std::vector<TaskWatermarkRecord> applied;  // format 2; empty in format 1
 };
 
 // The rows one PS holds of one embedding table.
@@ -54,6 +62,7 @@ struct TableRecord {
   std::vector<float> floats;          // floats_per_row per key
   std::vector<uint32_t> step_counts;  // per key for Adam (its own t), else empty
   std::vector<uint64_t> last_update;  // per key: the table step of its last update
+  std::vector<TaskWatermarkRecord> applied;  // format 2; empty in format 1
 };
 
 struct PartFile {

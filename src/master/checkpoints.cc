@@ -114,6 +114,8 @@ void CheckpointManager::SetModel(std::vector<Placement> placement, ModelSignatur
   signature_ = std::move(signature);
 }
 
+void CheckpointManager::SetLedgerSource(std::function<nlohmann::json()>) {}
+
 void CheckpointManager::SetRestoredStep(int64_t step) {
   absl::MutexLock lock(&mu_);
   last_step_ = step;

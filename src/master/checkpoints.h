@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "master/tables.h"
 #include "master/variables.h"
 #include "model/model.h"
+#include "nlohmann/json.hpp"
 #include "ps.grpc.pb.h"
 #include "worker.pb.h"
 
@@ -59,6 +61,9 @@ class CheckpointManager {
   void SetModel(std::vector<Placement> placement, ModelSignature signature);
   // The global step restored from (so the first periodic save counts from it).
   void SetRestoredStep(int64_t step);
+  // Called while every PS is frozen at a cut: the chief's ledger at that cut
+  // (Coordinator::LedgerJson), written into the manifest as "ledger". Unset: no ledger.
+  void SetLedgerSource(std::function<nlohmann::json()> ledger_at_cut);
 
   // Saves if --checkpoint_every_steps or --checkpoint_every_secs says one is due at
   // `global_step` and no write is in progress. Never fails: a failed checkpoint is logged,
@@ -121,6 +126,7 @@ struct LoadedCheckpoint {
       int64_t begin, end;
       uint64_t version;
       int64_t update_count;
+      std::vector<TaskWatermarkRecord> applied;  // the shard's task watermarks
     };
     std::vector<Piece> pieces;
   };
@@ -129,7 +135,10 @@ struct LoadedCheckpoint {
   int num_ps = 0;
   ModelSignature signature;
   std::vector<Variable> variables;  // in the manifest's order
-  std::vector<TableRecord> tables;  // all rows of each table, oldest update first
+  // All rows of each table, oldest update first; `applied` per (epoch, task) the smallest
+  // watermark of the parts.
+  std::vector<TableRecord> tables;
+  nlohmann::json ledger;  // the manifest's "ledger" (TaskLedger::ToJson); null if none
 };
 
 // Reads `path`: a ckpt-<step> directory, or a checkpoint root whose newest valid checkpoint is

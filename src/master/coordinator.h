@@ -128,6 +128,33 @@ class Coordinator {
   // By worker task: registered and, with the task queue, not declared dead since.
   std::vector<bool> LiveWorkers() const;
 
+  // ---- Recovery (docs/recovery.md), with the task queue; master/coordinator_recovery.cc ----
+  // From now on a PS registering with a new incarnation (a restarted process) is accepted and
+  // asks for a rollback; so does, in sync and ssp modes, a worker's new incarnation (in async
+  // mode a worker is replaced in place, as above).
+  void EnableRecovery();
+  // Why a rollback is needed ("ps:1 restarted (incarnation 123)"), or nullopt.
+  std::optional<std::string> RollbackReason() const;
+  // Starts the next generation (the first call starts generation 1): clears the rollback
+  // reason, replaces the ledger by `ledger` (a checkpoint's TaskLedger::ToJson; null = a fresh
+  // ledger of the EnableTasks shape), and from then on refuses NextTask and TaskDone of another
+  // generation (FailedPrecondition "... generation G was rolled back; the chief runs H").
+  // Heartbeat of another generation is answered with the current one. FailedPrecondition
+  // without the task queue; InvalidArgument for a ledger of another shape.
+  absl::StatusOr<uint64_t> BeginGeneration(const nlohmann::json& ledger);
+  uint64_t generation() const;
+  // The PS as registered (with their incarnations), by task.
+  std::vector<Sender> PsTasks() const;
+  // Failures survived so far; kept in the ledger's JSON, so a restarted chief carries them on.
+  struct Failures {
+    int64_t workers_replaced = 0;  // in place (async)
+    int64_t rollbacks = 0;         // to a checkpoint (a PS, or in sync/ssp a worker, restarted)
+    int64_t chief_restarts = 0;    // resumed from a checkpoint by a restarted chief
+  };
+  Failures failures() const;
+  // This chief resumed a job whose chief died (counted once).
+  void CountChiefRestart();
+
   // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks;
   // Cancelled if Abort was called.
   absl::Status WaitForRegistration(absl::Duration timeout);
