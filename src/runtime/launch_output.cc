@@ -27,6 +27,10 @@ void ChiefOutput::SetLog(int fd) {
   log_ = fd;
 }
 
+void ChiefOutput::WriteLog(const std::string& text) {
+  if (log_ >= 0) (void)!write(log_, text.data(), text.size());
+}
+
 void ChiefOutput::Close(int k) {
   if (fds_[k].fd < 0) return;
   if (!bufs_[k].empty()) HandleLine(k == 0, bufs_[k]);  // a last line without its newline

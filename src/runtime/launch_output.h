@@ -22,6 +22,8 @@ class ChiefOutput {
   void Attach(int out_fd, int err_fd);
   // The file the chief's lines are also written to (taken over), or -1.
   void SetLog(int fd);
+  // Appends `text` to that file.
+  void WriteLog(const std::string& text);
   // Reads what the chief wrote (waiting up to 200 ms) and passes it on; false once both of its
   // outputs are closed.
   bool Forward();

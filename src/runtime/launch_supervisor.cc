@@ -38,6 +38,8 @@ std::string Describe(const Child& c) {
 
 bool Failed(const Child& c) { return c.exited && c.status != 0; }
 
+std::string Times(int n) { return n == 1 ? "once" : absl::StrCat(n, " times"); }
+
 void Supervisor::Reap() {
   int status = 0;
   for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
@@ -124,8 +126,7 @@ std::string Supervisor::RestartSummary() const {
   std::vector<std::string> parts;
   for (const Child& c : children_) {
     if (c.restarts == 0) continue;
-    parts.push_back(c.restarts == 1 ? c.name + " once"
-                                    : absl::StrCat(c.name, " ", c.restarts, " times"));
+    parts.push_back(absl::StrCat(c.name, " ", Times(c.restarts)));
   }
   return absl::StrCat(total_restarts_, total_restarts_ == 1 ? " restart" : " restarts",
                       parts.empty() ? "" : " (", absl::StrJoin(parts, ", "),

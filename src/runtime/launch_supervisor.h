@@ -30,6 +30,8 @@ std::string Describe(const Child& c);
 // "exited with status 1", "killed by SIGKILL".
 std::string HowItEnded(const Child& c);
 bool Failed(const Child& c);
+// "once", "3 times".
+std::string Times(int n);
 
 // When a task that died is started again (--restart_failed, --max_restarts).
 struct RestartPolicy {

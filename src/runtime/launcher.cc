@@ -7,9 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/launch_logs.h"
 #include "runtime/launch_output.h"
+#include "runtime/launch_plan.h"
 #include "runtime/launch_process.h"
 #include "runtime/launch_secrets.h"
 #include "runtime/launch_supervisor.h"
@@ -39,8 +38,6 @@ constexpr absl::Duration kChiefStopGrace = absl::Seconds(10);
 constexpr absl::Duration kTaskFailureGrace = absl::Seconds(10);
 // The lines of a failed task's log that its error shows.
 constexpr int kTailLines = 10;
-// The checkpoint interval launch gives a chief it may restart, unless one was given.
-constexpr const char* kCheckpointEverySecs = "10";
 
 void Error(const std::string& message) {
   std::fprintf(stderr, "pstrain launch: error: %s\n", message.c_str());
@@ -51,13 +48,8 @@ class Cluster {
   explicit Cluster(const LaunchOptions& o)
       : o_(o),
         sup_({.enabled = o.restart_failed, .max_restarts = o.max_restarts, .recovery = o.recovery}),
-        chief_flags_(o.chief_flags),
-        checkpoint_dir_(o.checkpoint_dir) {}
-  ~Cluster() {
-    sup_.StopAll(absl::Seconds(0));
-    std::error_code ignored;
-    if (!temp_checkpoints_.empty()) std::filesystem::remove_all(temp_checkpoints_, ignored);
-  }
+        plan_(o) {}
+  ~Cluster() { sup_.StopAll(absl::Seconds(0)); }
 
   int Run() {
     if (o_.num_ps < 1 || o_.num_workers < 1) {
@@ -88,9 +80,7 @@ class Cluster {
                                                                                              : 1;
     }
     secrets_.emplace(*std::move(secrets));
-    absl::Status s = PickAddresses();
-    if (s.ok()) s = PrepareCheckpoints();
-    if (!s.ok()) {
+    if (absl::Status s = plan_.Prepare(&*secrets_, logs_ ? &*logs_ : nullptr); !s.ok()) {
       Error(std::string(s.message()));
       return 1;
     }
@@ -104,104 +94,33 @@ class Cluster {
   }
 
  private:
-  absl::Status PickAddresses() {
-    const int tasks = 1 + o_.num_ps + o_.num_workers;
-    absl::StatusOr<std::vector<int>> ports = FreePorts(o_.metrics ? 2 * tasks : tasks);
-    if (!ports.ok()) return ports.status();
-    size_t next = 0;
-    auto address = [&] { return absl::StrCat("127.0.0.1:", (*ports)[next++]); };
-    spec_.jobs["chief"].push_back(address());
-    for (int i = 0; i < o_.num_ps; ++i) spec_.jobs["ps"].push_back(address());
-    for (int i = 0; i < o_.num_workers; ++i) spec_.jobs["worker"].push_back(address());
-    if (o_.metrics) metrics_ports_.assign(ports->begin() + tasks, ports->end());
-    return absl::OkStatus();
-  }
-
-  // A chief that may be restarted needs checkpoints to resume from: without --checkpoint_dir it
-  // saves them in the log directory's "checkpoints" (or a temporary directory removed at the
-  // end), every kCheckpointEverySecs unless an interval was given.
-  absl::Status PrepareCheckpoints() {
-    if (!o_.restart_failed || !o_.recovery || !checkpoint_dir_.empty()) return absl::OkStatus();
-    if (logs_) {
-      checkpoint_dir_ = logs_->dir() + "/checkpoints";
-    } else {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string dir = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                                     "/pstrain-checkpoints-XXXXXX");
-      if (mkdtemp(dir.data()) == nullptr) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot create a checkpoint directory ", dir, ": ", strerror(errno)));
-      }
-      checkpoint_dir_ = temp_checkpoints_ = dir;
-    }
-    chief_flags_.insert(chief_flags_.end(), {"--checkpoint_dir", checkpoint_dir_});
-    if (!o_.checkpoint_interval_given) {
-      chief_flags_.insert(chief_flags_.end(), {"--checkpoint_every_secs", kCheckpointEverySecs});
-    }
-    std::fprintf(stderr, "pstrain launch: checkpoints (to restart failed tasks from): %s\n",
-                 checkpoint_dir_.c_str());
-    return absl::OkStatus();
-  }
-
   // Each task reads the cluster and its own place in it from TF_CONFIG, so nothing is written
   // to disk but the logs asked for. --job and --task repeat it on the command line to make the
   // processes easy to tell apart.
   absl::Status Start(const std::string& job, int task) {
     Child child;
     child.name = absl::StrCat(job, ":", task);
-    ClusterSpec spec = spec_;
-    spec.task_type = job;
-    spec.task_index = task;
     std::vector<std::string> defaults;
     if (job == "worker" && !o_.worker_command.empty()) {
       child.argv = o_.worker_command;
       child.command = true;
       defaults.push_back("PYTHONUNBUFFERED=1");  // a script's prints reach its log at once
     } else {
-      child.argv = ServerArgv(job, task, job == "chief" ? chief_flags_ : std::vector<std::string>{},
-                              /*announce=*/true);
+      child.argv = plan_.ServerArgv(job, task, /*restarted=*/false);
     }
-    child.env = EnvironmentWith(spec.ToJson(), defaults, secrets_->Environment());
+    child.env = plan_.Environment(job, task, defaults);
     if (logs_) {
       child.log = logs_->PathOf(child.name);
       std::fprintf(stderr, "pstrain launch: %s log: %s\n", child.name.c_str(), child.log.c_str());
     }
     sup_.children().push_back(child);
-    return Spawn(sup_.children().back(), /*restart=*/false);
-  }
-
-  // `pstrain server` as task `job`:`task`: with `flags` (the chief's training flags) or the log
-  // level, and the flags of security, metrics and log format. `announce`: prints where its
-  // metrics are.
-  std::vector<std::string> ServerArgv(const std::string& job, int task,
-                                      const std::vector<std::string>& flags, bool announce) const {
-    std::vector<std::string> argv = {o_.binary, "server", "--job",
-                                     job,       "--task", std::to_string(task)};
-    if (job == "chief") {
-      argv.insert(argv.end(), flags.begin(), flags.end());
-    } else {
-      argv.insert(argv.end(), {"--log_level", o_.log_level});
-    }
-    const std::vector<std::string> security = secrets_->TaskFlags();
-    argv.insert(argv.end(), security.begin(), security.end());
-    argv.insert(argv.end(), {"--log_format", o_.log_format});
-    if (metrics_ports_.empty()) return argv;
-    const size_t position = job == "chief" ? 0 : job == "ps" ? 1 + task : 1 + o_.num_ps + task;
-    const std::string port = std::to_string(metrics_ports_[position]);
-    argv.insert(argv.end(), {"--metrics_port", port, "--metrics_linger", "0"});
-    if (!announce) return argv;
-    std::fprintf(stderr, "pstrain launch: %s:%d metrics: http://127.0.0.1:%s/metrics\n",
-                 job.c_str(), task, port.c_str());
-    if (job == "chief") {
-      std::fprintf(stderr, "pstrain launch: status page: http://127.0.0.1:%s/?token=%s\n",
-                   port.c_str(), secrets_->token().c_str());
-    }
-    return argv;
+    return Spawn(sup_.children().back());
   }
 
   // Starts the process of `c`. The chief's output comes to the launcher through pipes; with
-  // logs, every other task's goes to its log file (appended to when it is restarted).
-  absl::Status Spawn(Child& c, bool restart) {
+  // logs, every other task's goes to its log file. A restart (`restart` says why) is appended to
+  // the log, which then goes on.
+  absl::Status Spawn(Child& c, const std::string& restart = "") {
     const bool chief = &c == &sup_.children().front();
     int out = -1, err = -1, pipes[2][2];
     if (chief) {
@@ -211,13 +130,21 @@ class Cluster {
       out = pipes[0][1];
       err = pipes[1][1];
     }
-    if (logs_ && (!chief || !restart)) {
-      absl::StatusOr<int> fd = logs_->Create(c.name, /*truncate=*/!restart);
+    if (logs_ && (!chief || restart.empty())) {
+      absl::StatusOr<int> fd = logs_->Create(c.name, /*truncate=*/restart.empty());
       if (!fd.ok()) return fd.status();
       if (chief) {
         output_.SetLog(*fd);
       } else {
         out = err = *fd;
+      }
+    }
+    if (!restart.empty()) {
+      const std::string line = absl::StrCat("pstrain launch: ", restart, "\n");
+      if (chief) {
+        output_.WriteLog(line);
+      } else if (out >= 0) {
+        (void)!write(out, line.data(), line.size());
       }
     }
     c.exited = false;
@@ -325,8 +252,11 @@ class Cluster {
                        Describe(c).c_str());
           break;
         case Supervisor::Verdict::kExhausted:
-          Report(c, absl::StrCat("; restarted ", c.restarts, " times already (--max_restarts ",
-                                 sup_.policy().max_restarts, "); stopping the cluster"));
+          Report(c, absl::StrCat(c.restarts == 0
+                                     ? "; not restarted"
+                                     : absl::StrCat("; restarted ", Times(c.restarts), " already"),
+                                 " (--max_restarts ", sup_.policy().max_restarts,
+                                 "); stopping the cluster"));
           failure_ = 1;
           StopChief();
           return;
@@ -337,15 +267,14 @@ class Cluster {
       Child& c = sup_.children()[i];
       sup_.CountRestart(i);
       output_.EndProgress();
-      std::fprintf(stderr, "pstrain launch: restarting %s (%s), restart %d of %d%s\n",
-                   c.name.c_str(), HowItEnded(c).c_str(), c.restarts, sup_.policy().max_restarts,
-                   i == 0 ? absl::StrCat("; it resumes from ", checkpoint_dir_).c_str() : "");
+      const std::string restart =
+          absl::StrCat("restarting ", c.name, " (", HowItEnded(c), "), restart ", c.restarts,
+                       " of ", sup_.policy().max_restarts,
+                       i == 0 ? absl::StrCat("; it resumes from ", plan_.checkpoint_dir()) : "");
+      std::fprintf(stderr, "pstrain launch: %s\n", restart.c_str());
       std::fflush(stderr);
-      if (i == 0) {
-        c.argv = ServerArgv("chief", 0, RestartedChiefFlags(chief_flags_, checkpoint_dir_),
-                            /*announce=*/false);
-      }
-      if (absl::Status s = Spawn(c, /*restart=*/true); !s.ok()) {
+      if (i == 0) c.argv = plan_.ServerArgv("chief", 0, /*restarted=*/true);
+      if (absl::Status s = Spawn(c, restart); !s.ok()) {
         Error(std::string(s.message()));
         failure_ = 1;
         StopChief();
@@ -463,15 +392,11 @@ class Cluster {
   }
 
   const LaunchOptions& o_;
-  Supervisor sup_;                        // the processes, the chief first
-  std::vector<std::string> chief_flags_;  // o_.chief_flags and the checkpoints launch adds
-  std::string checkpoint_dir_;            // the chief's, "" if none
-  std::string temp_checkpoints_;          // a checkpoint directory to remove at the end
-  ClusterSpec spec_;                      // the addresses of every task
-  std::string command_path_;              // the file the worker command runs
+  Supervisor sup_;            // the processes, the chief first
+  std::string command_path_;  // the file the worker command runs
   std::optional<TaskLogs> logs_;
   std::optional<LaunchSecrets> secrets_;  // the job token and TLS files of every task
-  std::vector<int> metrics_ports_;        // of each task, in start order; empty without --metrics
+  LaunchPlan plan_;                       // the addresses and command lines of the tasks
   ChiefOutput output_;
   size_t deaths_seen_ = 0;      // the exits CheckDeaths has looked at
   std::optional<int> failure_;  // the exit code, once a failed task decided it
