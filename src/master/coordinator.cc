@@ -88,20 +88,21 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
         absl::StrCat("register from ", task, " without an incarnation"));
   }
   Sender& registered = (*table)[s.task()];
+  const uint64_t old = registered.incarnation();
+  const bool restarted = old != 0 && old != s.incarnation();
   if (ledger_ && s.job() == "worker") {
-    // The ledger accepts a new incarnation once the old one is declared dead.
-    if (absl::Status st = ledger_->Register(s.task(), s.incarnation(), absl::Now()); !st.ok()) {
+    // The ledger accepts a new incarnation once the old one is declared dead; with recovery on,
+    // the restarted process proves it dead.
+    if (absl::Status st = ledger_->Register(s.task(), s.incarnation(), absl::Now(), recovery_);
+        !st.ok()) {
       return st;
     }
-    if (registered.incarnation() != s.incarnation()) {
-      spdlog::warn("{} rejoined as incarnation {} (incarnation {} was declared dead)", task,
-                   s.incarnation(), registered.incarnation());
-    }
-  } else if (registered.incarnation() != 0 && registered.incarnation() != s.incarnation()) {
+  } else if (restarted && !(recovery_ && s.job() == "ps")) {
     return absl::FailedPreconditionError(
-        absl::StrCat(task, " is already registered by another process (incarnation ",
-                     registered.incarnation(), "); this job does not accept restarted tasks"));
+        absl::StrCat(task, " is already registered by another process (incarnation ", old,
+                     "); this job does not accept restarted tasks"));
   }
+  if (restarted) NoteRestart(s, old);
   registered = s;
   (s.job() == "ps" ? ps_seen_ : workers_seen_)[s.task()] = absl::Now();
   resp->set_mode(mode_);
@@ -121,7 +122,7 @@ void Coordinator::SetMode(const std::string& mode) {
   mode_ = mode;
 }
 
-absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) const {
+absl::Status Coordinator::CheckWorkerTask(const Sender& s, const std::string& what) const {
   const std::string task = TaskName(s.job(), s.task());
   if (s.job() != "worker") {
     return absl::PermissionDeniedError(
@@ -131,6 +132,12 @@ absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) 
     return absl::InvalidArgumentError(absl::StrCat(
         what, " from unknown task ", task, ": the cluster has ", num_workers_, " worker task(s)"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) const {
+  if (absl::Status st = CheckWorkerTask(s, what); !st.ok()) return st;
+  const std::string task = TaskName(s.job(), s.task());
   if (ledger_) return ledger_->Check(s.task(), s.incarnation(), what.c_str());
   const uint64_t registered = workers_[s.task()].incarnation();
   if (registered == 0) {

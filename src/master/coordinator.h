@@ -72,9 +72,10 @@ class Coordinator {
   Coordinator& operator=(const Coordinator&) = delete;
 
   // Registers a ps or worker task and answers with the job's mode, the chief's incarnation and
-  // every PS address. The same task again with the same incarnation is a harmless retry; with
-  // another incarnation it is FailedPrecondition (this job does not accept restarted tasks),
-  // except, once the task queue is on, for a worker whose old incarnation was declared dead.
+  // every PS address. The same task again with the same incarnation is a harmless retry (tasks
+  // re-register every second to find a restarted chief); with another incarnation it is
+  // FailedPrecondition (this job does not accept restarted tasks), except, once the task queue
+  // is on, for a worker whose old incarnation was declared dead, and with recovery on (below).
   absl::Status Register(const RegisterRequest& req, RegisterResponse* resp);
   // The workers as they registered (with their incarnations), by task.
   std::vector<Sender> Workers() const;
@@ -115,9 +116,15 @@ class Coordinator {
   absl::Status EnableTasks(const LedgerShape& shape, absl::Duration heartbeat_interval,
                            absl::Duration heartbeat_timeout);
   // Without the task queue: FailedPrecondition. Otherwise the sender is checked as above and by
-  // the ledger (a declared-dead incarnation is FailedPrecondition "... declared dead at ...").
+  // the ledger (a declared-dead incarnation is FailedPrecondition "... declared dead at ..."),
+  // and, once generations run (BeginGeneration), its generation: another one (0 = none given)
+  // is FailedPrecondition "... generation G was rolled back; the chief runs generation H".
   absl::Status NextTask(const NextTaskRequest& req, NextTaskResponse* resp);
   absl::Status TaskDone(const TaskDoneRequest& req);
+  // Answered with the chief's generation (of any sender's generation) and whether the job is
+  // ending. A worker incarnation the chief does not know (a restarted chief; not registered,
+  // not declared dead) is answered OK with register_again; a declared-dead one is refused as
+  // above. Without the task queue (a chief still starting) a registered worker is answered too.
   absl::Status Heartbeat(const HeartbeatRequest& req, HeartbeatResponse* resp);
   // The ledger's JSON (TaskLedger::ToJson); null without the task queue.
   nlohmann::json LedgerJson() const;
@@ -135,12 +142,16 @@ class Coordinator {
   void EnableRecovery();
   // Why a rollback is needed ("ps:1 restarted (incarnation 123)"), or nullopt.
   std::optional<std::string> RollbackReason() const;
-  // Starts the next generation (the first call starts generation 1): clears the rollback
-  // reason, replaces the ledger by `ledger` (a checkpoint's TaskLedger::ToJson; null = a fresh
-  // ledger of the EnableTasks shape), and from then on refuses NextTask and TaskDone of another
+  // Starts the next generation (the first call starts generation 1; every later one counts a
+  // rollback): clears the rollback reason, replaces the ledger by `ledger` (a checkpoint's
+  // TaskLedger::ToJson; null = a fresh ledger of the EnableTasks shape) keeping the workers'
+  // registrations (every task in flight is pending again; the workers' reports of done are
+  // forgotten: they train again), and from then on refuses NextTask and TaskDone of another
   // generation (FailedPrecondition "... generation G was rolled back; the chief runs H").
   // Heartbeat of another generation is answered with the current one. FailedPrecondition
-  // without the task queue; InvalidArgument for a ledger of another shape.
+  // without the task queue; InvalidArgument for a ledger of another shape (nothing changes).
+  // The failures of the first generation's ledger (a restarted chief's checkpoint) are carried
+  // on; a later rollback's checkpoint holds older counts, so those are not taken.
   absl::StatusOr<uint64_t> BeginGeneration(const nlohmann::json& ledger);
   uint64_t generation() const;
   // The PS as registered (with their incarnations), by task.
@@ -152,7 +163,8 @@ class Coordinator {
     int64_t chief_restarts = 0;    // resumed from a checkpoint by a restarted chief
   };
   Failures failures() const;
-  // This chief resumed a job whose chief died (counted once).
+  // This chief resumed a job whose chief died (counted once, however often it is called; before
+  // or after BeginGeneration).
   void CountChiefRestart();
 
   // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks;
@@ -189,6 +201,19 @@ class Coordinator {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void SweepLoop();
   std::vector<WorkerProgress> ProgressLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // OK unless `s` is not a worker (PermissionDenied) or an unknown worker task (InvalidArgument).
+  absl::Status CheckWorkerTask(const Sender& s, const std::string& what) const;
+  // OK before the first generation or for a sender of the current one; `what` names the call.
+  absl::Status CheckGeneration(const Sender& s, const std::string& what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Records why a rollback is needed (the first reason stands until BeginGeneration).
+  void AskRollback(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A task registered by `s`, a new incarnation of one registered by `old_incarnation`: a PS
+  // or (sync, ssp with recovery) a worker asks for a rollback; else a worker replaced in place.
+  void NoteRestart(const Sender& s, uint64_t old_incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Failures FailuresLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Writes FailuresLocked() into the ledger (its JSON carries them).
+  void SyncFailures() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Finished& finished);
 
   const std::vector<std::string> ps_addresses_;
@@ -213,6 +238,13 @@ class Coordinator {
   std::optional<TaskLedger> ledger_ ABSL_GUARDED_BY(mu_);  // set by EnableTasks
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   absl::Duration ledger_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  LedgerShape shape_ ABSL_GUARDED_BY(mu_);  // of EnableTasks
+  bool recovery_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = generations not started
+  std::optional<std::string> rollback_reason_ ABSL_GUARDED_BY(mu_);
+  Failures carried_ ABSL_GUARDED_BY(mu_);  // from the first generation's ledger
+  Failures counted_ ABSL_GUARDED_BY(mu_);  // by this chief
+  bool chief_restart_counted_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;  // last: started once everything above is constructed
 };

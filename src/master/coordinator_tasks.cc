@@ -33,6 +33,8 @@ absl::Status Coordinator::EnableTasks(const LedgerShape& shape, absl::Duration h
     if (absl::Status s = ledger->Register(t, workers_[t].incarnation(), now); !s.ok()) return s;
   }
   ledger_ = *std::move(ledger);
+  SyncFailures();
+  shape_ = shape;
   heartbeat_interval_ = heartbeat_interval;
   ledger_timeout_ = heartbeat_timeout;
   return absl::OkStatus();
@@ -44,6 +46,8 @@ absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse*
   }
   absl::MutexLock lock(&mu_);
   if (!ledger_) return absl::FailedPreconditionError("NextTask: this job has no task queue");
+  if (absl::Status s = CheckWorker(req.sender(), "NextTask"); !s.ok()) return s;
+  if (absl::Status s = CheckGeneration(req.sender(), "NextTask"); !s.ok()) return s;
   if (absl::Status s = CheckAndSee(req.sender(), "NextTask"); !s.ok()) return s;
   absl::StatusOr<pstrain::NextTask> next =
       ledger_->Next(req.sender().task(), req.sender().incarnation(), absl::Now());
@@ -75,6 +79,8 @@ absl::Status Coordinator::TaskDone(const TaskDoneRequest& req) {
   }
   absl::MutexLock lock(&mu_);
   if (!ledger_) return absl::FailedPreconditionError("TaskDone: this job has no task queue");
+  if (absl::Status s = CheckWorker(req.sender(), "TaskDone"); !s.ok()) return s;
+  if (absl::Status s = CheckGeneration(req.sender(), "TaskDone"); !s.ok()) return s;
   if (absl::Status s = CheckAndSee(req.sender(), "TaskDone"); !s.ok()) return s;
   return ledger_->Done(req.sender().task(), req.sender().incarnation(),
                        {req.epoch(), req.task(), req.steps(), req.examples()}, absl::Now());
@@ -84,10 +90,18 @@ absl::Status Coordinator::Heartbeat(const HeartbeatRequest& req, HeartbeatRespon
   if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "Heartbeat"); !s.ok()) {
     return s;
   }
+  const Sender& s = req.sender();
+  if (absl::Status st = CheckWorkerTask(s, "Heartbeat"); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
-  if (!ledger_) return absl::FailedPreconditionError("Heartbeat: this job has no task queue");
-  if (absl::Status s = CheckAndSee(req.sender(), "Heartbeat"); !s.ok()) return s;
+  const uint64_t known =
+      ledger_ ? ledger_->incarnation(s.task()) : workers_[s.task()].incarnation();
+  if (known != s.incarnation() && !(ledger_ && ledger_->DeclaredDead(s.task(), s.incarnation()))) {
+    resp->set_register_again(true);  // a chief that does not know this process
+  } else if (absl::Status st = CheckAndSee(s, "Heartbeat"); !st.ok()) {
+    return st;
+  }
   resp->set_stop(stop_);
+  resp->set_generation(generation_);
   return absl::OkStatus();
 }
 

@@ -52,9 +52,9 @@ absl::Status TaskLedger::CheckLive(int worker, uint64_t incarnation, const char*
   }
   const WorkerState& w = workers_[worker];
   if (auto it = w.dead.find(incarnation); it != w.dead.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " from ", task, " incarnation ", incarnation, ": declared dead at ", When(it->second),
-        " (silent for more than ", absl::FormatDuration(timeout_), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " from ", task, " incarnation ", incarnation, ": declared dead at ",
+                     When(it->second.at), " (", it->second.why, ")"));
   }
   if (w.incarnation == 0) {
     return absl::FailedPreconditionError(
@@ -68,7 +68,8 @@ absl::Status TaskLedger::CheckLive(int worker, uint64_t incarnation, const char*
   return absl::OkStatus();
 }
 
-absl::Status TaskLedger::Register(int worker, uint64_t incarnation, absl::Time now) {
+absl::Status TaskLedger::Register(int worker, uint64_t incarnation, absl::Time now,
+                                  bool replace_live) {
   if (incarnation == 0)
     return Bad("register from ", TaskName("worker", worker), " without an incarnation");
   absl::Status s = CheckLive(worker, incarnation, "register");
@@ -78,6 +79,10 @@ absl::Status TaskLedger::Register(int worker, uint64_t incarnation, absl::Time n
   }
   if (absl::IsInvalidArgument(s) || workers_[worker].dead.contains(incarnation)) return s;
   WorkerState& w = workers_[worker];
+  if (w.incarnation != 0 && replace_live) {
+    DeclareDead(worker, now,
+                absl::StrCat("replaced by its restarted process, incarnation ", incarnation));
+  }
   if (w.incarnation != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(TaskName("worker", worker), " is already registered by incarnation ",
@@ -202,13 +207,28 @@ std::vector<int> TaskLedger::CheckDeadlines(absl::Time now) {
   for (int i = 0; i < shape_.num_workers; ++i) {
     WorkerState& w = workers_[i];
     if (w.incarnation == 0 || w.finished || now - w.last_seen <= timeout_) continue;
-    w.dead[w.incarnation] = now;
-    w.incarnation = 0;  // a restarted process may register
-    Requeue(i);
-    ++deaths_;
+    DeclareDead(i, now, absl::StrCat("silent for more than ", absl::FormatDuration(timeout_)));
     dead.push_back(i);
   }
   return dead;
+}
+
+void TaskLedger::DeclareDead(int worker, absl::Time now, std::string why) {
+  WorkerState& w = workers_[worker];
+  w.dead[w.incarnation] = {now, std::move(why)};
+  w.incarnation = 0;  // a restarted process may register
+  Requeue(worker);
+  ++deaths_;
+}
+
+void TaskLedger::KeepWorkers(const TaskLedger& from, absl::Time now) {
+  for (size_t i = 0; i < workers_.size() && i < from.workers_.size(); ++i) {
+    WorkerState& w = workers_[i];
+    w = WorkerState();
+    w.incarnation = from.workers_[i].incarnation;
+    w.dead = from.workers_[i].dead;
+    w.last_seen = now;
+  }
 }
 
 std::string TaskLedger::CheckExactlyOnce() const {
@@ -232,6 +252,9 @@ nlohmann::json TaskLedger::ToJson() const {
   j["applied"] = applied_;
   j["redone"] = redone_;
   j["workers_declared_dead"] = deaths_;
+  j["failures"] = {{"workers_replaced", failures_.workers_replaced},
+                   {"rollbacks", failures_.rollbacks},
+                   {"chief_restarts", failures_.chief_restarts}};
   nlohmann::json per_epoch = nlohmann::json::array();
   for (int e = 0; e < shape_.epochs; ++e) {
     nlohmann::json epoch = nlohmann::json::array();
@@ -279,6 +302,19 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
   }
   l.redone_ = j["redone"].get<int64_t>();
   l.deaths_ = j["workers_declared_dead"].get<int64_t>();
+  if (j.contains("failures")) {
+    const nlohmann::json& f = j["failures"];
+    for (auto [name, count] :
+         {std::pair<const char*, int64_t*>{"workers_replaced", &l.failures_.workers_replaced},
+          {"rollbacks", &l.failures_.rollbacks},
+          {"chief_restarts", &l.failures_.chief_restarts}}) {
+      if (!f.is_object() || !f.contains(name) || !f[name].is_number_integer() ||
+          f[name].get<int64_t>() < 0) {
+        return Bad("task ledger: \"failures\" field \"", name, "\" is missing or not a count");
+      }
+      *count = f[name].get<int64_t>();
+    }
+  }
   const nlohmann::json& epochs = j.contains("ledger") ? j["ledger"] : nlohmann::json();
   if (!epochs.is_array() || static_cast<int>(epochs.size()) != shape.epochs) {
     return Bad("task ledger: \"ledger\" must list ", shape.epochs, " epochs");

@@ -45,6 +45,14 @@ struct TaskReport {
   int64_t examples = 0;  // rows of the task it trained on: all of them
 };
 
+// Failures a job survived (docs/recovery.md), kept in the ledger's JSON so that a restored
+// ledger carries them on.
+struct FailureCounts {
+  int64_t workers_replaced = 0;  // in place (async)
+  int64_t rollbacks = 0;         // to a checkpoint
+  int64_t chief_restarts = 0;    // resumed by a restarted chief
+};
+
 // Not thread-safe: the Coordinator calls it under its lock. Every method taking a worker checks
 // it: an unknown task index is InvalidArgument; an incarnation that is not the registered one is
 // FailedPrecondition, saying "declared dead at ..." for one the ledger declared dead.
@@ -62,9 +70,12 @@ class TaskLedger {
   }
   // Registers `worker` with `incarnation` (non-zero) at `now`: the first time, again with the same
   // incarnation (a retry), or with a new one once the old one was declared dead (a restarted
-  // process). Another incarnation while the old one lives is FailedPrecondition; a declared-dead
-  // incarnation registering again is FailedPrecondition "declared dead at ...".
-  absl::Status Register(int worker, uint64_t incarnation, absl::Time now);
+  // process). Another incarnation while the old one lives is FailedPrecondition, unless
+  // `replace_live`: a restarted process proves the old one dead, which is then declared dead at
+  // `now` and its task requeued. A declared-dead incarnation registering again is
+  // FailedPrecondition "declared dead at ...".
+  absl::Status Register(int worker, uint64_t incarnation, absl::Time now,
+                        bool replace_live = false);
   // Any message from a registered worker counts as a heartbeat.
   absl::Status Heartbeat(int worker, uint64_t incarnation, absl::Time now);
   // The worker's task: the one it holds already (a retry whose answer was lost), else the first
@@ -82,6 +93,16 @@ class TaskLedger {
 
   // Registered and not declared dead since.
   bool Alive(int worker) const { return workers_[worker].incarnation != 0; }
+  // The worker's registered incarnation (0 = none), and whether `incarnation` was declared dead.
+  uint64_t incarnation(int worker) const { return workers_[worker].incarnation; }
+  bool DeclaredDead(int worker, uint64_t incarnation) const {
+    return workers_[worker].dead.contains(incarnation);
+  }
+  // Takes over the workers of `from` (a ledger of the same number of workers): their registered
+  // incarnations, seen at `now`, and the incarnations declared dead; each holds no task.
+  void KeepWorkers(const TaskLedger& from, absl::Time now);
+  const FailureCounts& failures() const { return failures_; }
+  void set_failures(const FailureCounts& f) { failures_ = f; }
   bool Finished() const { return applied_ == total_tasks(); }
   int64_t tasks_per_epoch() const { return tasks_per_epoch_; }
   int64_t total_tasks() const { return tasks_per_epoch_ * shape_.epochs; }
@@ -91,11 +112,12 @@ class TaskLedger {
   int64_t deaths() const { return deaths_; }
   // "" if every task of every epoch was applied exactly once; else the first that was not.
   std::string CheckExactlyOnce() const;
-  // The ledger: shape, totals and per task its state, holder, hand-outs and applications. An
-  // in-flight task is written as pending (a checkpoint's cut: it is redone after a restore).
+  // The ledger: shape, totals, failures and per task its state, holder, hand-outs and applications.
+  // An in-flight task is written as pending (a checkpoint's cut: it is redone after a restore).
   nlohmann::json ToJson() const;
   // A ledger from ToJson for a job of `shape`; InvalidArgument naming the first field that is
-  // missing, malformed or differs from `shape`. Workers start unregistered.
+  // missing, malformed or differs from `shape` ("failures" may be missing: none). Workers start
+  // unregistered.
   static absl::StatusOr<TaskLedger> FromJson(const nlohmann::json& j, const LedgerShape& shape,
                                              absl::Duration heartbeat_timeout);
 
@@ -114,14 +136,19 @@ class TaskLedger {
     absl::Time last_seen = absl::InfinitePast();
     int64_t holding = -1;  // index into tasks_, -1 = none
     int64_t tasks_done = 0;
-    bool finished = false;                // was told kFinished: no longer watched
-    std::map<uint64_t, absl::Time> dead;  // declared-dead incarnations, when
+    bool finished = false;  // was told kFinished: no longer watched
+    struct Death {
+      absl::Time at;
+      std::string why;  // "silent for more than 10s"
+    };
+    std::map<uint64_t, Death> dead;  // declared-dead incarnations
   };
 
   TaskLedger(const LedgerShape& shape, absl::Duration timeout);
   absl::Status CheckLive(int worker, uint64_t incarnation, const char* what) const;
   TaskRef RefOf(int64_t index) const;
   void Requeue(int worker);
+  void DeclareDead(int worker, absl::Time now, std::string why);
 
   LedgerShape shape_;
   absl::Duration timeout_;
@@ -131,6 +158,7 @@ class TaskLedger {
   int64_t next_fresh_ = 0;        // tasks_ before it were handed out at least once
   std::vector<WorkerState> workers_;
   int64_t applied_ = 0, redone_ = 0, deaths_ = 0;
+  FailureCounts failures_;
 };
 
 }  // namespace pstrain
