@@ -143,8 +143,8 @@ def test_a_job_without_the_task_queue_is_not_restarted(tmp_path):
     os.kill(launch.task_pid("worker", 0), signal.SIGKILL)
     rc, _ = launch.finish()
     assert rc == 1, launch.err
-    assert ("worker:0 was killed by signal 9 (SIGKILL); this job has no recovery (--task_rows 0), "
-            "so it is not restarted") in launch.err
+    assert ("worker:0 was killed by signal 9 (SIGKILL); this job has no recovery (no task queue: "
+            "--task_rows 0, or --model external), so it is not restarted") in launch.err
     assert "pstrain launch: error: worker:0 was killed by signal 9" in launch.err
     assert "restarting" not in launch.err
 
