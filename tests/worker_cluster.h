@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -61,6 +62,8 @@ class PushLog {
 class LoggingPsService final : public ParameterServerService::CallbackService {
  public:
   LoggingPsService(ParameterServer* ps, PushLog* log) : ps_(ps), log_(log) {}
+  // Pushes are answered this much later than they are applied.
+  void set_answer_delay(absl::Duration d) { answer_delay_ms_ = absl::ToInt64Milliseconds(d); }
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const PullRequest* req,
                                  PullResponse* resp) override {
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
@@ -71,6 +74,8 @@ class LoggingPsService final : public ParameterServerService::CallbackService {
                                  PushResponse* resp) override {
     const absl::Status s = ps_->Push(*req, resp);
     if (s.ok()) log_->Add(*req);
+    // A slow answer: a push applied whose answer is still on its way.
+    if (const int ms = answer_delay_ms_.load(); ms > 0) absl::SleepFor(absl::Milliseconds(ms));
     return Done(ctx, s);
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* req,
@@ -86,6 +91,7 @@ class LoggingPsService final : public ParameterServerService::CallbackService {
   }
   ParameterServer* const ps_;
   PushLog* const log_;
+  std::atomic<int64_t> answer_delay_ms_{0};
 };
 
 struct JobShape {
@@ -144,12 +150,14 @@ class Cluster {
     ASSERT_TRUE(s.ok()) << s.status();
     ps_servers_[p] = *std::move(s);
   }
-  // Stops serving PS `p`, letting the calls in flight finish; the PS keeps its state.
-  void StopPs(int p) {
+  // Stops serving PS `p`; the calls still in flight after `grace` are cancelled, as a process
+  // that dies drops its connections. The PS keeps its state.
+  void StopPs(int p, absl::Duration grace = absl::Seconds(5)) {
     if (ps_servers_[p] == nullptr) return;
-    ps_servers_[p]->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    ps_servers_[p]->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     ps_servers_[p].reset();
   }
+  LoggingPsService& ps_service(int p) { return *ps_services_[p]; }
 
   // Registers every task, configures the PS, creates the model's variables and turns the task
   // queue on: what the chief's job loop does before it starts the workers.
@@ -176,7 +184,7 @@ class Cluster {
       c.mutable_consistency()->set_num_workers(kWorkers);
       c.mutable_consistency()->set_staleness(shape_.staleness);
       if (shape_.mode == "sync") c.mutable_consistency()->set_replicas_to_aggregate(kWorkers);
-      c.set_wait_timeout_s(30);
+      c.set_wait_timeout_s(10);
       for (const Sender& s : coordinator_->Workers()) *c.add_workers() = s;
       ConfigureResponse cr;
       ps_[p]->ExpectChief(MakeSender("chief", 0).incarnation());

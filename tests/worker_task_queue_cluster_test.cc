@@ -66,10 +66,11 @@ TEST_F(WorkerTaskQueueTest, AsyncPushesEveryBatchOfEveryTaskOnceWithItsTag) {
   RunToTheEnd(dir_, {.mode = "async"});
 }
 
-// Each batch is one step; a worker told WAIT at the end leaves the step barrier, so the last
-// steps complete with the other worker's gradients alone.
+// Each batch is one step. 7 tasks of 3 batches: one worker takes 4, the other is told WAIT for
+// the last task and leaves the step barrier, so the last steps complete with one gradient each
+// (else they would wait for it until the PS's wait timeout).
 TEST_F(WorkerTaskQueueTest, SyncModeRunsTheQueueToTheEnd) {
-  RunToTheEnd(dir_, {.mode = "sync", .task_rows = 30});
+  RunToTheEnd(dir_, {.mode = "sync", .rows = 210, .task_rows = 30, .epochs = 1});
 }
 
 TEST_F(WorkerTaskQueueTest, SspModeRunsTheQueueToTheEnd) {
