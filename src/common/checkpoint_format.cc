@@ -47,6 +47,13 @@ int64_t TableBytes(const TableRecord& r) {
          ArrayBytes(r.floats) + ArrayBytes(r.step_counts) + ArrayBytes(r.last_update);
 }
 
+// Format 2 adds a watermark list at the end of each record: u64 count, then per watermark
+// i32 epoch, i64 task, i64 next_batch.
+constexpr int64_t kWatermarkBytes = 4 + 8 + 8;
+int64_t WatermarksBytes(const std::vector<TaskWatermarkRecord>& v, uint32_t version) {
+  return version < 2 ? 0 : 8 + kWatermarkBytes * static_cast<int64_t>(v.size());
+}
+
 // Buffered writes through one descriptor, hashing everything written.
 class Writer {
  public:
@@ -78,6 +85,14 @@ class Writer {
   void Array(const std::vector<T>& v) {
     Pod<uint64_t>(v.size());
     Bytes(v.data(), v.size() * sizeof(T));
+  }
+  void Watermarks(const std::vector<TaskWatermarkRecord>& v) {
+    Pod<uint64_t>(v.size());
+    for (const TaskWatermarkRecord& m : v) {
+      Pod<int32_t>(m.epoch);
+      Pod<int64_t>(m.task);
+      Pod<int64_t>(m.next_batch);
+    }
   }
   // Flushes and returns the status of every write so far.
   absl::Status Finish() {
@@ -118,15 +133,15 @@ class Writer {
   absl::Status status_;
 };
 
-void WriteBody(const PartFile& part, Writer* w) {
+void WriteBody(const PartFile& part, uint32_t version, Writer* w) {
   w->Bytes(kMagic, sizeof(kMagic));
-  w->Pod<uint32_t>(kCheckpointFormatVersion);
+  w->Pod<uint32_t>(version);
   w->Pod<uint32_t>(part.ps_task);
   w->Pod<uint32_t>(part.num_ps);
   w->Pod<uint64_t>(part.checkpoint_id);
   for (const ShardRecord& r : part.shards) {
     w->Pod<uint8_t>(kShardRecord);
-    w->Pod<uint64_t>(ShardBytes(r));
+    w->Pod<uint64_t>(ShardBytes(r) + WatermarksBytes(r.applied, version));
     w->String(r.name);
     w->String(r.variable);
     w->Array(r.shape);
@@ -142,10 +157,11 @@ void WriteBody(const PartFile& part, Writer* w) {
       w->String(s.name);
       w->Array(s.values);
     }
+    if (version >= 2) w->Watermarks(r.applied);
   }
   for (const TableRecord& r : part.tables) {
     w->Pod<uint8_t>(kTableRecord);
-    w->Pod<uint64_t>(TableBytes(r));
+    w->Pod<uint64_t>(TableBytes(r) + WatermarksBytes(r.applied, version));
     w->String(r.name);
     w->String(r.table_def);
     w->Pod<int32_t>(r.dim);
@@ -155,6 +171,7 @@ void WriteBody(const PartFile& part, Writer* w) {
     w->Array(r.floats);
     w->Array(r.step_counts);
     w->Array(r.last_update);
+    if (version >= 2) w->Watermarks(r.applied);
   }
 }
 
@@ -204,7 +221,28 @@ class Reader {
   bool ok_ = true;
 };
 
-absl::Status ReadRecords(Reader* r, PartFile* part) {
+// Reads a format 2 watermark list; DataLoss for a negative field.
+absl::Status ReadWatermarks(Reader* r, const std::string& owner,
+                            std::vector<TaskWatermarkRecord>* out) {
+  const uint64_t n = r->Pod<uint64_t>();
+  if (!r->ok() || n > static_cast<uint64_t>(r->left()) / kWatermarkBytes) {
+    return absl::DataLossError(absl::StrCat(owner, ": the watermark list runs past the end"));
+  }
+  out->resize(n);
+  for (TaskWatermarkRecord& m : *out) {
+    m.epoch = r->Pod<int32_t>();
+    m.task = r->Pod<int64_t>();
+    m.next_batch = r->Pod<int64_t>();
+    if (m.epoch < 0 || m.task < 0 || m.next_batch < 0) {
+      return absl::DataLossError(absl::StrCat(owner, ": a negative watermark (epoch ", m.epoch,
+                                              ", task ", m.task, ", next_batch ", m.next_batch,
+                                              ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
   while (r->ok() && !r->done()) {
     const uint8_t kind = r->Pod<uint8_t>();
     const uint64_t bytes = r->Pod<uint64_t>();
@@ -233,6 +271,12 @@ absl::Status ReadRecords(Reader* r, PartFile* part) {
         }
         s.slots.push_back(std::move(v));
       }
+      if (version >= 2 && r->ok()) {
+        if (absl::Status w = ReadWatermarks(r, absl::StrCat("shard '", s.name, "'"), &s.applied);
+            !w.ok()) {
+          return w;
+        }
+      }
       part->shards.push_back(std::move(s));
     } else if (kind == kTableRecord) {
       TableRecord t;
@@ -250,6 +294,12 @@ absl::Status ReadRecords(Reader* r, PartFile* part) {
           (!t.step_counts.empty() && t.step_counts.size() != n) || t.last_update.size() != n) {
         return absl::DataLossError(
             absl::StrCat("table '", t.name, "': the arrays do not match its ", n, " keys"));
+      }
+      if (version >= 2) {
+        if (absl::Status w = ReadWatermarks(r, absl::StrCat("table '", t.name, "'"), &t.applied);
+            !w.ok()) {
+          return w;
+        }
       }
       part->tables.push_back(std::move(t));
     } else {
@@ -313,8 +363,15 @@ int64_t PartFile::PayloadBytes() const {
   return n;
 }
 
-absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::string& path) {
-  return WriteAtomically(path, true, [&](Writer* w) { WriteBody(part, w); });
+absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::string& path,
+                                          uint32_t format_version) {
+  if (format_version < kOldestCheckpointFormatVersion ||
+      format_version > kCheckpointFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("format version ", format_version, ": this build writes ",
+                     kOldestCheckpointFormatVersion, " to ", kCheckpointFormatVersion));
+  }
+  return WriteAtomically(path, true, [&](Writer* w) { WriteBody(part, format_version, w); });
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
@@ -360,13 +417,14 @@ absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info
   Reader r(data.data() + 8, body - 8);
   PartFile part;
   const uint32_t version = r.Pod<uint32_t>();
-  if (version != kCheckpointFormatVersion) {
-    return bad("format version ", version, ", this build reads ", kCheckpointFormatVersion);
+  if (version < kOldestCheckpointFormatVersion || version > kCheckpointFormatVersion) {
+    return bad("format version ", version, ", this build reads ", kOldestCheckpointFormatVersion,
+               " to ", kCheckpointFormatVersion);
   }
   part.ps_task = r.Pod<uint32_t>();
   part.num_ps = r.Pod<uint32_t>();
   part.checkpoint_id = r.Pod<uint64_t>();
-  if (absl::Status s = ReadRecords(&r, &part); !s.ok()) return bad(s.message());
+  if (absl::Status s = ReadRecords(&r, version, &part); !s.ok()) return bad(s.message());
   if (info != nullptr) *info = {n, checksum};
   return part;
 }

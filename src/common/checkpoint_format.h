@@ -4,7 +4,8 @@
 //
 //   header   "PSTCKPT\n" (8 bytes), u32 format version, u32 ps task, u32 number of PS,
 //            u64 checkpoint id (the global step)
-//   records  u8 kind (1 shard, 2 table), u64 payload bytes, payload
+//   records  u8 kind (1 shard, 2 table), u64 payload bytes, payload (format 2: ending with the
+//            watermarks, u64 count then per item i32 epoch, i64 task, i64 next_batch)
 //   trailer  "PSTCKEND" (8 bytes), u64 bytes before the trailer, u64 XXH3_64bits of those bytes
 //
 // All integers and floats are little-endian; strings and arrays are a u64 count then the items.
@@ -20,7 +21,10 @@
 
 namespace pstrain {
 
-constexpr uint32_t kCheckpointFormatVersion = 1;
+// Version 2 adds the task watermarks (`applied`) at the end of each record; version 1 files are
+// still read (their `applied` empty).
+constexpr uint32_t kCheckpointFormatVersion = 2;
+constexpr uint32_t kOldestCheckpointFormatVersion = 1;
 
 // One optimizer slot of a shard (or of a variable, reassembled): its name as Optimizer::slots()
 // names it, and as many floats as the values.
@@ -59,9 +63,9 @@ struct TableRecord {
   int32_t floats_per_row = 0;  // dim * (1 + optimizer slots): the row, then its slots
   uint64_t version = 0;
   std::vector<uint64_t> keys;
-  std::vector<float> floats;          // floats_per_row per key
-  std::vector<uint32_t> step_counts;  // per key for Adam (its own t), else empty
-  std::vector<uint64_t> last_update;  // per key: the table step of its last update
+  std::vector<float> floats;                 // floats_per_row per key
+  std::vector<uint32_t> step_counts;         // per key for Adam (its own t), else empty
+  std::vector<uint64_t> last_update;         // per key: the table step of its last update
   std::vector<TaskWatermarkRecord> applied;  // format 2; empty in format 1
 };
 
@@ -84,10 +88,14 @@ struct WrittenFile {
 // Writes `part` to `path` + ".tmp", fsyncs it, renames it to `path` and fsyncs the directory.
 // On an error (a full disk, a file size limit, an unwritable directory) the temporary file is
 // removed and the error names the path and the system's reason; `path` is then untouched.
-absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::string& path);
+// `format_version` (kOldestCheckpointFormatVersion .. kCheckpointFormatVersion) is for tests of
+// old files: format 1 drops the watermarks.
+absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::string& path,
+                                          uint32_t format_version = kCheckpointFormatVersion);
 
 // Reads and checks a part file: DataLoss naming `path` for a short file, a bad magic, an unknown
-// format version, a checksum mismatch or a malformed record; NotFound if it does not exist.
+// format version, a checksum mismatch or a malformed record (a negative watermark included);
+// NotFound if it does not exist.
 // `info` (optional) receives the file's size and checksum.
 absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info = nullptr);
 

@@ -74,6 +74,7 @@ absl::Status Consistency::Configure(const ConfigureRequest& req) {
   }
   absl::MutexLock lock(&mu_);
   mode_ = *mode;
+  generation_ = req.generation();
   num_workers_ = n;
   replicas_ = *mode == Mode::kSync ? c.replicas_to_aggregate() : 0;
   staleness_ = c.staleness();
@@ -92,6 +93,33 @@ absl::Status Consistency::Configure(const ConfigureRequest& req) {
 Mode Consistency::mode() const {
   absl::MutexLock lock(&mu_);
   return mode_;
+}
+
+uint64_t Consistency::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+void Consistency::Reset(const std::string& why) {
+  std::vector<Pending> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    mode_ = Mode::kAsync;
+    generation_ = 0;
+    num_workers_ = 0;
+    replicas_ = 0;
+    staleness_ = 0;
+    wait_timeout_ = absl::Seconds(60);
+    announced_.clear();
+    incarnations_.clear();
+    states_.clear();
+    clocks_.clear();
+    pushes_by_worker_.clear();
+    dropped_by_worker_.clear();
+    ended.swap(pending_);
+    PublishLocked();
+  }
+  for (Pending& p : ended) p.wait.serve(absl::AbortedError(why));
 }
 
 int Consistency::SlotLocked(const Sender& s) const {
@@ -341,6 +369,7 @@ void Consistency::FillStats(StatsResponse* resp) const {
   resp->set_nonfinite_rejected(counters.nonfinite_rejected);
   resp->set_max_clock_gap(counters.max_clock_gap);
   resp->set_pulls_waited(counters.pulls_waited);
+  resp->set_duplicates_dropped(counters.duplicates_dropped);
   absl::MutexLock lock(&mu_);
   for (int64_t v : pushes_by_worker_) resp->add_pushes_by_worker(v);
   for (int64_t v : dropped_by_worker_) resp->add_dropped_by_worker(v);

@@ -25,7 +25,7 @@ enum class Mode { kAsync, kSync, kSsp };
 
 struct Counters {
   std::atomic<int64_t> pushes_applied{0}, updates_applied{0}, stale_dropped{0},
-      nonfinite_rejected{0}, max_clock_gap{0}, pulls_waited{0};
+      nonfinite_rejected{0}, max_clock_gap{0}, pulls_waited{0}, duplicates_dropped{0};
 };
 
 // Who sent the gradients accumulated for one sync step: (worker task, incarnation).
@@ -45,6 +45,12 @@ class Consistency {
   // Validates the whole request (ranges, announced workers) before changing anything.
   absl::Status Configure(const ConfigureRequest& req);
   Mode mode() const;
+  // The recovery generation the chief configured (0: none, nothing is generation-checked).
+  uint64_t generation() const;
+  // Back to the state of a server just started (async, any sender, no generation): every wait
+  // ends with Aborted (`why` says why), and the per-worker tables are dropped. The counters
+  // keep counting.
+  void Reset(const std::string& why);
 
   // OK for an announced worker with its announced incarnation, or for any sender while the chief
   // announced no worker; PermissionDenied naming the sender and `method` otherwise.
@@ -109,6 +115,7 @@ class Consistency {
 
   mutable absl::Mutex mu_;
   Mode mode_ ABSL_GUARDED_BY(mu_) = Mode::kAsync;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int num_workers_ ABSL_GUARDED_BY(mu_) = 0;
   int staleness_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration wait_timeout_ ABSL_GUARDED_BY(mu_) = absl::Seconds(60);

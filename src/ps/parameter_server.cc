@@ -54,6 +54,15 @@ absl::Status ParameterServerImpl::CheckChief(const Sender& s, absl::string_view 
   return absl::OkStatus();
 }
 
+absl::Status ParameterServerImpl::CheckGeneration(const Sender& s, absl::string_view what) const {
+  if (s.job() == "chief") return absl::OkStatus();
+  const uint64_t runs = consistency_.generation();
+  if (runs == 0 || s.generation() == runs) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " from ", SenderString(s), " of generation ", s.generation(),
+      " refused by ps:", options_.task, ": it runs generation ", runs, " (the job rolled back)"));
+}
+
 absl::Status ParameterServerImpl::CheckChiefOrWorker(const Sender& s, absl::string_view method) {
   if (s.job() == "chief") return CheckChief(s, method);
   if (absl::Status st = consistency_.CheckWorker(s, method); !st.ok()) return Refused(st);
@@ -100,6 +109,7 @@ absl::Status ParameterServerImpl::Configure(const ConfigureRequest& req, Configu
 
 absl::Status ParameterServerImpl::Leave(const LeaveRequest& req, LeaveResponse* resp) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  if (absl::Status s = CheckGeneration(req.sender(), "leave"); !s.ok()) return s;
   if (absl::Status s = consistency_.CheckWorker(req.sender(), "leave"); !s.ok()) {
     return Refused(s);
   }

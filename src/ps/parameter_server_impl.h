@@ -27,6 +27,7 @@
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
 #include "ps/snapshot.h"
+#include "ps/task_watermarks.h"
 #include "ps/variable.h"
 
 namespace pstrain {
@@ -77,9 +78,12 @@ struct Table {
   const TableDef def;  // as the chief sent it (get-or-create compares it)
   const std::unique_ptr<EmbeddingTable> rows;
   // sync mode: held from a gradient's stale check through its accumulation (and the step it
-  // completes), so a step's contributors and its accumulator agree.
+  // completes), so a step's contributors and its accumulator agree; any mode: held from a tagged
+  // push's watermark check through its update, so the watermarks and the rows agree.
   absl::Mutex mu;
-  Contributors contributors ABSL_GUARDED_BY(mu);
+  Contributors contributors ABSL_GUARDED_BY(mu);  // as Variable's
+  int added ABSL_GUARDED_BY(mu) = 0;              // as Variable's
+  TaskWatermarks applied ABSL_GUARDED_BY(mu);
   // rows->version() as of the last update applied, for the waits of lookups, which are checked
   // under Consistency's lock and must not wait there for the table's own lock (held while a
   // large lookup or update runs).
@@ -102,6 +106,19 @@ struct TableSlice {
   const float* rows = nullptr;  // push: n * dim gradient floats
   std::vector<uint64_t> key_copy;
   std::vector<float> row_copy;
+};
+
+// Who sent one push and how it combines: what applying each of its gradients needs.
+struct PushContext {
+  Mode mode = Mode::kAsync;
+  int task = 0;
+  uint64_t incarnation = 0;
+  const PushTag* tag = nullptr;  // null for an untagged push
+};
+// What applying one gradient did: dropped as stale (sync), dropped as a duplicate (a tagged
+// batch already applied), and whether the variable or table changed version.
+struct ApplyResult {
+  bool dropped = false, duplicate = false, updated = false;
 };
 
 // See parameter_server.cc for the locks and their order.
@@ -131,6 +148,8 @@ class ParameterServerImpl final : public ParameterServer {
   void Stop() override { consistency_.Stop(); }
   absl::Status Checkpoint(const CheckpointRequest& req, CheckpointResponse* resp) override;
   absl::Status Import(const ImportRequest& req, ImportResponse* resp) override;
+  absl::Status Reset(const ResetRequest& req, ResetResponse* resp) override;
+  absl::Status AppliedTasks(const AppliedTasksRequest& req, AppliedTasksResponse* resp) override;
   void AfterFreeze(std::function<void()> fn) override { checkpoints_.gate()->Run(std::move(fn)); }
 
  private:
@@ -145,25 +164,42 @@ class ParameterServerImpl final : public ParameterServer {
   absl::Status CheckPushRequest(const Req& req, GetName name_of, absl::string_view what,
                                 absl::string_view noun, int64_t limit) {
     if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+    if (absl::Status s = CheckGeneration(req.sender(), what); !s.ok()) return s;
     if (absl::Status s = consistency_.CheckPusher(req.sender()); !s.ok()) return Refused(s);
+    const std::string from =
+        absl::StrCat(what, " from ", SenderString(req.sender()), " to ", Where());
     if (req.gradients_size() == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " from ", SenderString(req.sender()),
-                                                     " to ", Where(), " carries no gradient"));
+      return absl::InvalidArgumentError(absl::StrCat(from, " carries no gradient"));
+    }
+    if (req.has_tag()) {
+      if (absl::Status s = TaskWatermarks::CheckTag(req.tag(), from); !s.ok()) return s;
     }
     return CheckNames(req.gradients(), name_of, what, absl::StatusCode::kInvalidArgument, noun,
                       limit);
   }
+  // FailedPrecondition for a worker (any sender but the chief) whose Sender.generation is not
+  // the one the chief configured (once it configured one): "<what> from worker:1 (...) of
+  // generation G refused by ps:N: it runs generation H (the job rolled back)".
+  absl::Status CheckGeneration(const Sender& s, absl::string_view what) const;
+  // Who sent `req` and how its gradients combine.
+  template <typename Req>
+  PushContext ContextOf(const Req& req) const {
+    return {consistency_.mode(), req.sender().task(), req.sender().incarnation(),
+            req.has_tag() ? &req.tag() : nullptr};
+  }
+  // The counters of one push, once each of its gradients was applied (or dropped).
+  void CountPush(const Sender& sender, const ApplyResult& any);
   // The checks of a pull before it looks at any variable's values; fills `vars` in request order.
   absl::Status ValidatePull(const PullRequest& req, std::vector<VariablePtr>* vars);
   // The sync-mode wait of a pull: what it waits for, and what it still lacks.
   bool SyncReady(const std::vector<VariablePtr>& vars, uint64_t min_version);
   std::string SyncWaitReason(const std::vector<VariablePtr>& vars,
                              const std::vector<std::string>& names, uint64_t min_version);
-  // Applies one validated gradient under the variable's lock; returns whether it was dropped as
-  // stale (sync) and whether an update was applied.
-  // Returns the variable's version after this gradient, read under the same lock.
-  uint64_t ApplyOne(Variable* var, const Gradient& g, const float* grad, int task,
-                    uint64_t incarnation, Mode mode, bool* dropped, bool* updated);
+  // Applies one validated gradient under the variable's lock (watermark check included); says
+  // in `result` what it did. Returns the variable's version after this gradient, read under the
+  // same lock.
+  uint64_t ApplyOne(Variable* var, const Gradient& g, const float* grad, const PushContext& ctx,
+                    ApplyResult* result);
   // sync: applies the accumulated step if it has enough gradients; returns whether it did.
   bool MaybeApplyStep(Variable* var) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
   // sync: MaybeApplyStep on every variable, after a worker stopped counting.
@@ -193,8 +229,8 @@ class ParameterServerImpl final : public ParameterServer {
   std::string TablesWaitReason(const std::vector<TableSlice>& slices, uint64_t min_version);
   // Applies one validated sparse gradient (async/ssp: at once; sync: into its step's aggregate,
   // or dropped as stale); returns the table's version after it.
-  uint64_t ApplySparse(const TableSlice& slice, uint64_t read_version, int task,
-                       uint64_t incarnation, Mode mode, bool* dropped, bool* updated);
+  uint64_t ApplySparse(const TableSlice& slice, uint64_t read_version, const PushContext& ctx,
+                       ApplyResult* result);
   // sync: applies the table's accumulated step if it has enough gradients; returns whether it
   // did.
   bool MaybeApplyTableStep(Table* table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table->mu);

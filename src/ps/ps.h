@@ -51,9 +51,12 @@ class ParameterServer {
   // applies to the removed copy and is lost with it.
   virtual absl::Status DeleteVariables(const DeleteVariablesRequest& req,
                                        DeleteVariablesResponse* resp) = 0;
-  // Sets how pushes combine (async, sync k-of-n, ssp) and which workers may push. Only while no
-  // variable or table exists (FailedPrecondition after); a repeated Configure then replaces the
-  // last one. Without it the server runs async and accepts any sender.
+  // Sets how pushes combine (async, sync k-of-n, ssp), which workers may push and the recovery
+  // generation. Only while no variable or table exists (FailedPrecondition after; Reset drops
+  // them); a repeated Configure then replaces the last one. Without it the server runs async and
+  // accepts any sender. Once req.generation is non-zero, Pull, Push, Lookup, PushSparse and
+  // Leave from a worker whose Sender.generation differs are FailedPrecondition naming both
+  // generations; the chief's calls are not generation-checked.
   virtual absl::Status Configure(const ConfigureRequest& req, ConfigureResponse* resp) = 0;
   // From the chief only: Consistency::ReplaceWorker.
   virtual absl::Status ReplaceWorker(const ReplaceWorkerRequest& req) = 0;
@@ -71,7 +74,13 @@ class ParameterServer {
   // PullAsync, waiting for `done`.
   absl::Status Pull(const PullRequest& req, PullResponse* resp);
 
-  // Applies each gradient with its variable's optimizer and bumps the version. Rejects the whole
+  // Applies each gradient with its variable's optimizer and bumps the version. A tagged push
+  // (req.tag; InvalidArgument naming the field for a negative one) of a batch below its task's
+  // watermark on a variable is a duplicate there: acknowledged, not applied, counted once per
+  // push in Stats' duplicates_dropped; otherwise the watermark moves past the batch, with the
+  // update (sync: a duplicate counts towards its step's gradients but adds nothing, the step
+  // averages those it added, and the watermarks commit when the step applies; a gradient dropped
+  // as stale commits its watermark at once). Rejects the whole
   // push (NotFound / InvalidArgument / PermissionDenied / FailedPrecondition) for an unknown
   // variable, no gradient, a shape mismatch, a non-finite value (counted), a repeated name, a
   // read_version newer than the variable, a worker the chief did not announce, or one that left.
@@ -105,7 +114,8 @@ class ParameterServer {
   absl::Status Lookup(const LookupRequest& req, LookupResponse* resp);
 
   // Applies each table's gradient rows (one per distinct key) with the table's optimizer as one
-  // update of that table, which bumps its version. Rejects the whole push, changing no row, as
+  // update of that table, which bumps its version; a tagged push is checked against each table's
+  // watermarks as Push checks variables'. Rejects the whole push, changing no row, as
   // Push does (unknown table, repeated table, worker not announced or left, non-finite value,
   // counted in nonfinite_rejected) and for keys that are not whole uint64s, more than
   // kMaxKeysPerRequest keys, a key repeated within one table, rows that are not keys x dim
@@ -151,10 +161,20 @@ class ParameterServer {
   // its own, so a frozen PS holds no thread for a push). The gRPC service runs every Push,
   // PushSparse and Leave through it; direct calls of those methods are not held back.
   virtual void AfterFreeze(std::function<void()> fn) = 0;
-  // Restores the versions, optimizer slots and table rows of a checkpoint into variables and
-  // tables created before, from the chief only; InvalidArgument or NotFound (naming the
-  // variable, table or slot) changes nothing.
+  // Restores the versions, optimizer slots, task watermarks (replacing those held) and table rows
+  // of a checkpoint into variables and tables created before, from the chief only;
+  // InvalidArgument or NotFound (naming the variable, table, slot or watermark) changes nothing.
   virtual absl::Status Import(const ImportRequest& req, ImportResponse* resp) = 0;
+  // From the chief only (a rollback, docs/recovery.md): drops every variable and table with
+  // their task watermarks, the consistency configuration (mode, announced workers, generation)
+  // and the sync and ssp state; pulls and lookups waiting end with Aborted, and a push in flight
+  // applies to the dropped copy. The PS is then as just started: Configure, CreateVariables,
+  // CreateTables and Import work again. The counters of Stats keep counting (pushes_by_worker
+  // and dropped_by_worker restart at the next Configure, as at any Configure); the chief's
+  // incarnation stays pinned.
+  virtual absl::Status Reset(const ResetRequest& req, ResetResponse* resp) = 0;
+  // From the chief only: the task watermarks of every shard and table, each sorted by name.
+  virtual absl::Status AppliedTasks(const AppliedTasksRequest& req, AppliedTasksResponse* resp) = 0;
   // Ends every waiting pull and lookup with Unavailable and refuses new waits; called before the
   // server stops so no call is left open.
   virtual void Stop() = 0;

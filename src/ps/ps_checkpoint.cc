@@ -41,7 +41,8 @@ absl::Status CheckVariableImport(const VariableImport& v, Variable* var, absl::s
   if (v.update_count() < 0) {
     return Bad("import of variable ", Quoted(v.name()), ": negative update_count");
   }
-  return absl::OkStatus();
+  return TaskWatermarks::CheckList(
+      v.applied(), absl::StrCat("import of variable ", Quoted(v.name()), " on ", where));
 }
 
 }  // namespace
@@ -122,6 +123,7 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
         r.slots[j].name = slots[j].first;
         r.slots[j].values.assign(slots[j].second, slots[j].second + n);
       }
+      var->applied.Export(&r.applied);
     }
   }
   const auto tables = AllTables();
@@ -129,7 +131,9 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
   for (size_t t = 0; t < tables.size(); ++t) {
     const TablePtr& table = tables[t].second;
     TableRecord& r = part->tables[t];
+    absl::MutexLock lock(&table->mu);  // its watermarks and rows at one update
     table->rows->Export(&r);
+    table->applied.Export(&r.applied);
     r.table_def = table->def.SerializeAsString();
     saw(r.version);
   }
@@ -185,6 +189,11 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     if (static_cast<int64_t>(seen.size()) != n) {
       return Bad("import of ", TableWhere(t.table()), ": a key is given twice");
     }
+    if (absl::Status s = TaskWatermarks::CheckList(
+            t.applied(), absl::StrCat("import of ", TableWhere(t.table())));
+        !s.ok()) {
+      return s;
+    }
     tables.push_back(*std::move(table));
   }
   for (size_t i = 0; i < vars.size(); ++i) {
@@ -197,6 +206,7 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
       const float* data = *TensorData(v.slots(j).value(), vars[i]->shape, "slot");
       std::memcpy(slots[j].second, data, vars[i]->values.size() * sizeof(float));
     }
+    vars[i]->applied.Replace(v.applied());
   }
   for (size_t i = 0; i < tables.size(); ++i) {
     const TableImport& t = req.tables(i);
@@ -208,8 +218,10 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     std::memcpy(last.data(), t.last_update().data(), t.last_update().size());
     std::memcpy(floats.data(), t.floats().data(), t.floats().size());
     std::memcpy(steps.data(), t.step_counts().data(), t.step_counts().size());
+    absl::MutexLock lock(&tables[i]->mu);
     tables[i]->rows->Import(t.version(), keys.data(), n, floats.data(),
                             steps.empty() ? nullptr : steps.data(), last.data());
+    tables[i]->applied.Replace(t.applied());
     tables[i]->Publish(t.version());
   }
   consistency_.Notify();

@@ -37,6 +37,7 @@ int64_t FirstNonFinite(const float* p, int64_t n) {
 absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
                                                std::vector<VariablePtr>* vars) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  if (absl::Status s = CheckGeneration(req.sender(), "pull"); !s.ok()) return s;
   if (absl::Status s = CheckChiefOrWorker(req.sender(), "pull"); !s.ok()) return s;
   if (req.clock() < 0) {
     return absl::InvalidArgumentError(
@@ -154,9 +155,10 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
       !s.ok()) {
     return s;
   }
-  const Mode mode = consistency_.mode();
-  const int task = req.sender().task();
-  const uint64_t incarnation = req.sender().incarnation();
+  const PushContext ctx = ContextOf(req);
+  const Mode mode = ctx.mode;
+  const int task = ctx.task;
+  const uint64_t incarnation = ctx.incarnation;
 
   // Validate everything first. What is checked cannot become invalid before the apply below:
   // shapes are fixed, the gradient belongs to the request, and versions only grow.
@@ -198,52 +200,73 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
   }
 
   consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
-  bool any_dropped = false, any_update = false;
+  ApplyResult any;
   for (int i = 0; i < n; ++i) {
-    bool dropped = false, updated = false;
-    resp->add_versions(ApplyOne(vars[i].get(), req.gradients(i), grads[i], task, incarnation, mode,
-                                &dropped, &updated));
-    if (dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
-    any_dropped |= dropped;
-    any_update |= updated;
+    ApplyResult r;
+    resp->add_versions(ApplyOne(vars[i].get(), req.gradients(i), grads[i], ctx, &r));
+    if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
+    any.dropped |= r.dropped;
+    any.duplicate |= r.duplicate;
+    any.updated |= r.updated;
   }
-  if (any_dropped) consistency_.counters.stale_dropped++;
-  consistency_.CountPush(consistency_.WorkerSlot(req.sender()), any_dropped);
-  if (any_update) consistency_.Notify();
+  CountPush(req.sender(), any);
   return absl::OkStatus();
 }
 
+void ParameterServerImpl::CountPush(const Sender& sender, const ApplyResult& any) {
+  if (any.dropped) consistency_.counters.stale_dropped++;
+  if (any.duplicate) consistency_.counters.duplicates_dropped++;
+  consistency_.CountPush(consistency_.WorkerSlot(sender), any.dropped);
+  if (any.updated) consistency_.Notify();
+}
+
+// The watermark is checked and committed under the variable's lock, with the update it stands
+// for: a checkpoint's copy (which takes the same lock) sees both or neither.
 uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const float* grad,
-                                       int task, uint64_t incarnation, Mode mode, bool* dropped,
-                                       bool* updated) {
+                                       const PushContext& ctx, ApplyResult* result) {
   absl::MutexLock lock(&var->mu);
   const int64_t n = static_cast<int64_t>(var->values.size());
-  if (mode != Mode::kSync) {
-    var->optimizer->Apply(var->values.data(), grad, n, static_cast<int64_t>(var->version));
-    ++var->version;
-    consistency_.counters.pushes_applied++;
-    consistency_.counters.updates_applied++;
-    *updated = true;
-    return var->version;
-  }
-  if (g.read_version() < var->version) {  // computed for a step that is already applied
-    *dropped = true;
-    return var->version;
-  }
-  // Push checked this under the reader lock; a twin of this push sent at the same time may have
-  // been accumulated since. One worker's gradient counts once per step: the twin is dropped.
-  for (const auto& c : var->contributors) {
-    if (c == std::make_pair(task, incarnation)) {
-      *dropped = true;
+  const bool duplicate = ctx.tag != nullptr && var->applied.IsDuplicate(*ctx.tag);
+  if (ctx.mode != Mode::kSync) {
+    if (duplicate) {
+      result->duplicate = true;
       return var->version;
     }
+    var->optimizer->Apply(var->values.data(), grad, n, static_cast<int64_t>(var->version));
+    ++var->version;
+    if (ctx.tag != nullptr) var->applied.Commit(*ctx.tag);
+    consistency_.counters.pushes_applied++;
+    consistency_.counters.updates_applied++;
+    result->updated = true;
+    return var->version;
   }
-  if (var->accum.empty()) var->accum.assign(n, 0.0f);
-  float* acc = var->accum.data();
-  for (int64_t j = 0; j < n; ++j) acc[j] += grad[j];
-  var->contributors.emplace_back(task, incarnation);
-  consistency_.counters.pushes_applied++;
-  *updated = MaybeApplyStep(var);
+  // A gradient computed for a step that is already applied, or a twin of this push sent at the
+  // same time and accumulated since Push checked (one worker's gradient counts once per step), is
+  // dropped; it was processed, so its watermark commits now.
+  const auto sender = std::make_pair(ctx.task, ctx.incarnation);
+  if (g.read_version() < var->version ||
+      std::find(var->contributors.begin(), var->contributors.end(), sender) !=
+          var->contributors.end()) {
+    if (duplicate) {
+      result->duplicate = true;
+    } else {
+      result->dropped = true;
+      if (ctx.tag != nullptr) var->applied.Commit(*ctx.tag);
+    }
+    return var->version;
+  }
+  var->contributors.push_back(sender);
+  if (duplicate) {
+    result->duplicate = true;  // counts towards the step, adds nothing to it
+  } else {
+    if (var->accum.empty()) var->accum.assign(n, 0.0f);
+    float* acc = var->accum.data();
+    for (int64_t j = 0; j < n; ++j) acc[j] += grad[j];
+    ++var->added;
+    if (ctx.tag != nullptr) var->applied.AddToStep(*ctx.tag);
+    consistency_.counters.pushes_applied++;
+  }
+  result->updated = MaybeApplyStep(var);
   return var->version;
 }
 
@@ -252,15 +275,20 @@ bool ParameterServerImpl::MaybeApplyStep(Variable* var) {
   if (have == 0 || have < static_cast<size_t>(consistency_.StepThreshold(var->contributors))) {
     return false;
   }
-  const int64_t n = static_cast<int64_t>(var->values.size());
-  float* acc = var->accum.data();
-  const float scale = 1.0f / static_cast<float>(have);  // the average of the gradients received
-  for (int64_t j = 0; j < n; ++j) acc[j] *= scale;
-  var->optimizer->Apply(var->values.data(), acc, n, static_cast<int64_t>(var->version));
+  // The average of the gradients added; a step of duplicates only advances without an update.
+  if (var->added > 0) {
+    const int64_t n = static_cast<int64_t>(var->values.size());
+    float* acc = var->accum.data();
+    const float scale = 1.0f / static_cast<float>(var->added);
+    for (int64_t j = 0; j < n; ++j) acc[j] *= scale;
+    var->optimizer->Apply(var->values.data(), acc, n, static_cast<int64_t>(var->version));
+    std::fill(var->accum.begin(), var->accum.end(), 0.0f);
+    consistency_.counters.updates_applied++;
+  }
   ++var->version;
-  std::fill(var->accum.begin(), var->accum.end(), 0.0f);
   var->contributors.clear();
-  consistency_.counters.updates_applied++;
+  var->added = 0;
+  var->applied.CommitStep();
   return true;
 }
 

@@ -19,6 +19,8 @@ namespace pstrain {
 namespace {
 
 using Raw = grpc::ByteBuffer;
+using RecoveryMethods = ParameterServerService::WithRawCallbackMethod_Reset<
+    ParameterServerService::WithRawCallbackMethod_AppliedTasks<ParameterServerService::Service>>;
 using Base = ParameterServerService::WithRawCallbackMethod_Configure<
     ParameterServerService::WithRawCallbackMethod_CreateVariables<
         ParameterServerService::WithRawCallbackMethod_DeleteVariables<
@@ -36,8 +38,7 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                                                         WithRawCallbackMethod_Import<
                                                             ParameterServerService::
                                                                 WithRawCallbackMethod_ReplaceWorker<
-                                                                    ParameterServerService::
-                                                                        Service>>>>>>>>>>>>>>;
+                                                                    RecoveryMethods>>>>>>>>>>>>>>;
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -143,6 +144,20 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<ImportRequest, ImportResponse>(
         ctx, req, resp, "Import",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->Import(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* Reset(grpc::CallbackServerContext* ctx, const Raw* req,
+                                  Raw* resp) override {
+    return ServeRaw<ResetRequest, ResetResponse>(
+        ctx, req, resp, "Reset",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->Reset(q, r)); });
+  }
+
+  grpc::ServerUnaryReactor* AppliedTasks(grpc::CallbackServerContext* ctx, const Raw* req,
+                                         Raw* resp) override {
+    return ServeRaw<AppliedTasksRequest, AppliedTasksResponse>(
+        ctx, req, resp, "AppliedTasks",
+        [this](const auto& q, auto* r, FinishFn done) { done(ps_->AppliedTasks(q, r)); });
   }
 
   // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);

@@ -171,6 +171,7 @@ absl::Status ParameterServerImpl::ParseKeys(const std::string& table, const std:
 absl::Status ParameterServerImpl::ValidateLookup(const LookupRequest& req,
                                                  std::vector<TableSlice>* slices) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
+  if (absl::Status s = CheckGeneration(req.sender(), "lookup"); !s.ok()) return s;
   if (absl::Status s = CheckChiefOrWorker(req.sender(), "lookup"); !s.ok()) return s;
   if (req.clock() < 0) {
     return absl::InvalidArgumentError(
@@ -328,9 +329,7 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
       !s.ok()) {
     return s;
   }
-  const Mode mode = consistency_.mode();
-  const int task = req.sender().task();
-  const uint64_t incarnation = req.sender().incarnation();
+  const PushContext ctx = ContextOf(req);
 
   // Validate everything first. What is checked cannot become invalid before the apply below:
   // dims are fixed, the rows belong to the request, versions only grow, and a key CheckPush
@@ -340,56 +339,73 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
   for (int i = 0; i < n; ++i) {
     const SparseGradient& g = req.gradients(i);
     if (absl::Status s = ParseKeys(g.table(), g.keys(), "push", &slices[i]); !s.ok()) return s;
-    if (absl::Status s = ValidateGradient(g, mode, task, incarnation, &slices[i]); !s.ok()) {
+    if (absl::Status s = ValidateGradient(g, ctx.mode, ctx.task, ctx.incarnation, &slices[i]);
+        !s.ok()) {
       return s;
     }
   }
 
   consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
-  bool any_dropped = false, any_update = false;
+  ApplyResult any;
   for (int i = 0; i < n; ++i) {
-    bool dropped = false, updated = false;
-    resp->add_versions(ApplySparse(slices[i], req.gradients(i).read_version(), task, incarnation,
-                                   mode, &dropped, &updated));
-    if (dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
-    any_dropped |= dropped;
-    any_update |= updated;
+    ApplyResult r;
+    resp->add_versions(ApplySparse(slices[i], req.gradients(i).read_version(), ctx, &r));
+    if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
+    any.dropped |= r.dropped;
+    any.duplicate |= r.duplicate;
+    any.updated |= r.updated;
   }
-  if (any_dropped) consistency_.counters.stale_dropped++;
-  consistency_.CountPush(consistency_.WorkerSlot(req.sender()), any_dropped);
-  if (any_update) consistency_.Notify();
+  CountPush(req.sender(), any);
   return absl::OkStatus();
 }
 
-uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read_version, int task,
-                                          uint64_t incarnation, Mode mode, bool* dropped,
-                                          bool* updated) {
+// As ApplyOne, under Table::mu; an untagged async gradient takes only the table's own lock (as
+// it always did), a tagged one also Table::mu, so its watermark and its rows change together.
+uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read_version,
+                                          const PushContext& ctx, ApplyResult* result) {
   Table* table = slice.table.get();
-  if (mode != Mode::kSync) {
+  auto apply = [&] {
     const uint64_t version = table->rows->Apply(slice.keys, slice.n, slice.rows);
     table->Publish(version);
     consistency_.counters.pushes_applied++;
     consistency_.counters.updates_applied++;
-    *updated = true;
+    result->updated = true;
     return version;
-  }
+  };
+  if (ctx.mode != Mode::kSync && ctx.tag == nullptr) return apply();
   absl::MutexLock lock(&table->mu);
-  if (read_version < table->rows->version()) {  // computed for a step that is already applied
-    *dropped = true;
-    return table->rows->version();
-  }
-  // A twin of this push sent at the same time may have been accumulated since it was validated:
-  // one worker's gradient counts once per step, the twin is dropped.
-  for (const auto& c : table->contributors) {
-    if (c == std::make_pair(task, incarnation)) {
-      *dropped = true;
+  const bool duplicate = ctx.tag != nullptr && table->applied.IsDuplicate(*ctx.tag);
+  if (ctx.mode != Mode::kSync) {
+    if (duplicate) {
+      result->duplicate = true;
       return table->rows->version();
     }
+    const uint64_t version = apply();
+    table->applied.Commit(*ctx.tag);
+    return version;
   }
-  table->rows->Accumulate(slice.keys, slice.n, slice.rows);
-  table->contributors.emplace_back(task, incarnation);
-  consistency_.counters.pushes_applied++;
-  *updated = MaybeApplyTableStep(table);
+  const auto sender = std::make_pair(ctx.task, ctx.incarnation);
+  if (read_version < table->rows->version() ||
+      std::find(table->contributors.begin(), table->contributors.end(), sender) !=
+          table->contributors.end()) {
+    if (duplicate) {
+      result->duplicate = true;
+    } else {
+      result->dropped = true;
+      if (ctx.tag != nullptr) table->applied.Commit(*ctx.tag);
+    }
+    return table->rows->version();
+  }
+  table->contributors.push_back(sender);
+  if (duplicate) {
+    result->duplicate = true;  // counts towards the step, adds nothing to it
+  } else {
+    table->rows->Accumulate(slice.keys, slice.n, slice.rows);
+    ++table->added;
+    if (ctx.tag != nullptr) table->applied.AddToStep(*ctx.tag);
+    consistency_.counters.pushes_applied++;
+  }
+  result->updated = MaybeApplyTableStep(table);
   return table->rows->version();
 }
 
@@ -398,10 +414,13 @@ bool ParameterServerImpl::MaybeApplyTableStep(Table* table) {
   if (have == 0 || have < static_cast<size_t>(consistency_.StepThreshold(table->contributors))) {
     return false;
   }
-  // The average of the step's gradients.
-  table->Publish(table->rows->ApplyAccumulated(static_cast<int>(have)));
+  // The average of the gradients added; a step of duplicates only (an empty accumulator) still
+  // advances the table's version.
+  table->Publish(table->rows->ApplyAccumulated(std::max(table->added, 1)));
+  if (table->added > 0) consistency_.counters.updates_applied++;
   table->contributors.clear();
-  consistency_.counters.updates_applied++;
+  table->added = 0;
+  table->applied.CommitStep();
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "ps/consistency.h"
 #include "ps/optimizer.h"
+#include "ps/task_watermarks.h"
 
 namespace pstrain {
 
@@ -29,9 +30,12 @@ struct Variable {
   std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
   uint64_t version ABSL_GUARDED_BY(mu) = 0;  // number of updates applied: the global step
   bool deleted ABSL_GUARDED_BY(mu) = false;  // removed from the server's map
-  // sync mode: the gradients accumulated for step `version`, and who sent them
+  // sync mode: the gradients accumulated for step `version`, how many (`added`), and who sent
+  // them (`contributors`, a duplicate push included: it counts towards the step, adding nothing)
   std::vector<float> accum ABSL_GUARDED_BY(mu);
+  int added ABSL_GUARDED_BY(mu) = 0;
   Contributors contributors ABSL_GUARDED_BY(mu);
+  TaskWatermarks applied ABSL_GUARDED_BY(mu);  // of the updates in `values`
 };
 
 using VariablePtr = std::shared_ptr<Variable>;
