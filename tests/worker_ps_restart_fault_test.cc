@@ -47,6 +47,9 @@ TEST_F(WorkerPsRestartTest, APsStoppedAndServedAgainOnItsPortIsRetriedThrough) {
     resent += n - 1;
   }
   EXPECT_GE(resent, 1) << "no push was in flight when ps:1 stopped";
+  EXPECT_EQ(c.DuplicatesDropped(1), resent);
+  EXPECT_EQ(c.DuplicatesDropped(0), 0);
+  c.ExpectEveryBatchAppliedOnce();
 }
 
 }  // namespace
