@@ -238,15 +238,16 @@ class Cluster {
     }
   }
 
-  // A rollback without a checkpoint, as the chief does it: every PS Reset, then configured for
-  // `generation` with the variables created again.
-  void ResetPs(uint64_t generation) {
+  // A rollback without a checkpoint, as the chief does it: every PS Reset (holding nothing, as
+  // a restarted PS), `gap` later configured for `generation` with the variables created again.
+  void ResetPs(uint64_t generation, absl::Duration gap = absl::ZeroDuration()) {
     for (int p = 0; p < kPs; ++p) {
       ResetRequest req;
       *req.mutable_sender() = MakeSender("chief", 0);
       ResetResponse resp;
       ASSERT_TRUE(ps_[p]->Reset(req, &resp).ok());
     }
+    absl::SleepFor(gap);
     SetUpPs(generation);
   }
 

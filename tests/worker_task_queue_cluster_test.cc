@@ -115,9 +115,10 @@ TEST_F(WorkerTaskQueueTest, ANewGenerationStopsTheRunInProgressAndStartsTheNext)
   c.ExpectEveryBatchAppliedOnce();
 }
 
-// A rollback: the PS are Reset and configured for generation 2 while the workers run generation
-// 1. The PS refuse their calls; each run ends quietly (no error reaches the chief) and the
-// workers wait for the chief, whose StartTraining of generation 2 finishes the job.
+// A rollback: the PS are Reset (for a second they hold nothing, as restarted PS: the workers'
+// calls answered NotFound are retried) and configured for generation 2 while the workers run
+// generation 1. The PS refuse their calls; each run ends quietly (no error reaches the chief)
+// and the workers wait for the chief, whose StartTraining of generation 2 finishes the job.
 TEST_F(WorkerTaskQueueTest, ARunRefusedForItsGenerationEndsQuietly) {
   Cluster c(dir_, {.mode = "async", .step_delay_ms = 20});
   ASSERT_NO_FATAL_FAILURE(c.SetUpJob(/*generation=*/1));
@@ -125,7 +126,7 @@ TEST_F(WorkerTaskQueueTest, ARunRefusedForItsGenerationEndsQuietly) {
   for (int i = 0; i < 200 && c.log(0).pushes().size() < 6; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_NO_FATAL_FAILURE(c.ResetPs(2));
+  ASSERT_NO_FATAL_FAILURE(c.ResetPs(2, absl::Seconds(1)));
   const size_t before = c.log(0).pushes().size();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   for (const std::vector<WorkerProgress> progress =
