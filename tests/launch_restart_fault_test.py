@@ -147,3 +147,18 @@ def test_a_job_without_the_task_queue_is_not_restarted(tmp_path):
             "so it is not restarted") in launch.err
     assert "pstrain launch: error: worker:0 was killed by signal 9" in launch.err
     assert "restarting" not in launch.err
+
+
+def test_resume_reaches_the_chief_and_a_killed_chief_resumes_from_its_directory(tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    launch = Launch(["--epochs", "3", "--resume", str(checkpoints), "--checkpoint_every_secs",
+                     "1", "--log_dir", str(tmp_path / "logs")])
+    launch.wait_for("saved")  # a first checkpoint in --resume's directory
+    os.kill(launch.task_pid("chief", 0), signal.SIGKILL)
+    rc, result = launch.finish()
+    assert rc == 0, launch.err
+    assert ("pstrain launch: restarting chief:0 (killed by SIGKILL), restart 1 of 5; it resumes "
+            "from %s" % checkpoints) in launch.err
+    assert "checkpoints (to restart failed tasks from)" not in launch.err
+    assert result["chief_restarts"] == 1 and result["tasks_applied_once"] is True, launch.err
+    assert any(p.name.startswith("ckpt-") for p in checkpoints.iterdir())

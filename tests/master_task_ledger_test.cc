@@ -210,5 +210,46 @@ TEST(TaskLedgerTest, JsonRoundTripKeepsWhatWasAppliedAndRedoesWhatWasInFlight) {
   EXPECT_FALSE(TaskLedger::FromJson(nlohmann::json::array(), shape, kTimeout).ok());
 }
 
+TEST(TaskLedgerTest, FailuresRoundTripInTheJsonAndOlderLedgersHaveNone) {
+  const LedgerShape shape{100, 10, 1, 2};
+  TaskLedger l = Make(100, 10, 1, 2);
+  l.set_failures({3, 2, 1});
+  nlohmann::json j = l.ToJson();
+  EXPECT_EQ(j["failures"]["workers_replaced"], 3);
+  absl::StatusOr<TaskLedger> back = TaskLedger::FromJson(j, shape, kTimeout);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->failures().workers_replaced, 3);
+  EXPECT_EQ(back->failures().rollbacks, 2);
+  EXPECT_EQ(back->failures().chief_restarts, 1);
+  EXPECT_EQ(back->ToJson(), j);
+  nlohmann::json older = j;
+  older.erase("failures");
+  back = TaskLedger::FromJson(older, shape, kTimeout);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->failures().rollbacks, 0);
+  j["failures"]["rollbacks"] = -1;
+  EXPECT_THAT(TaskLedger::FromJson(j, shape, kTimeout).status().message(),
+              HasSubstr("\"failures\" field \"rollbacks\" is missing or not a count"));
+}
+
+TEST(TaskLedgerTest, ARestartedProcessReplacesALiveOneOnlyWhenAskedTo) {
+  TaskLedger l = Make(100, 10, 1, 1);
+  ASSERT_TRUE(l.Register(0, 1, kT0).ok());
+  const TaskRef held = l.Next(0, 1, kT0)->task;
+  EXPECT_THAT(l.Register(0, 2, kT0).message(), HasSubstr("which is alive"));
+  ASSERT_TRUE(l.Register(0, 2, kT0, /*replace_live=*/true).ok());
+  EXPECT_THAT(l.Next(0, 1, kT0).status().message(),
+              HasSubstr("replaced by its restarted process, incarnation 2"));
+  EXPECT_EQ(l.Next(0, 2, kT0)->task.id, held.id);  // the old one's task, requeued
+  EXPECT_EQ(l.deaths(), 1);
+  EXPECT_TRUE(l.DeclaredDead(0, 1));
+  // A new ledger keeps the registrations, not the tasks held.
+  TaskLedger next = Make(100, 10, 1, 1);
+  next.KeepWorkers(l, kT0);
+  EXPECT_EQ(next.incarnation(0), 2u);
+  EXPECT_TRUE(next.DeclaredDead(0, 1));
+  EXPECT_EQ(next.Next(0, 2, kT0)->task.id, 0);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -60,6 +60,27 @@ std::pair<uint64_t, int64_t> CountsOf(const LoadedCheckpoint::Variable& v, int64
   return {version, count};
 }
 
+// The task watermarks of rows [begin, end) of `v`: per (epoch, task) the smallest of the saved
+// shards it overlaps (with today's placement the same as the saving job's, the shard's own).
+std::vector<TaskWatermarkRecord> AppliedOf(const LoadedCheckpoint::Variable& v, int64_t begin,
+                                           int64_t end) {
+  std::vector<const std::vector<TaskWatermarkRecord>*> lists;
+  for (const auto& p : v.pieces) {
+    if (v.shape.empty() || (p.begin < end && begin < p.end)) lists.push_back(&p.applied);
+  }
+  return MinWatermarks(lists);
+}
+
+void AddWatermarks(const std::vector<TaskWatermarkRecord>& applied,
+                   google::protobuf::RepeatedPtrField<TaskWatermark>* out) {
+  for (const TaskWatermarkRecord& w : applied) {
+    TaskWatermark* t = out->Add();
+    t->set_epoch(w.epoch);
+    t->set_task(w.task);
+    t->set_next_batch(w.next_batch);
+  }
+}
+
 void AddVariables(const LoadedCheckpoint::Variable& v, const Placement& p,
                   std::vector<ImportBatches>* batches) {
   const int64_t rows = v.shape.empty() ? 1 : v.shape[0];
@@ -74,6 +95,7 @@ void AddVariables(const LoadedCheckpoint::Variable& v, const Placement& p,
     const auto [version, count] = CountsOf(v, s.row_begin(), s.row_end());
     imp->set_version(version);
     imp->set_update_count(count);
+    AddWatermarks(AppliedOf(v, s.row_begin(), s.row_end()), imp->mutable_applied());
     for (const SlotValues& slot : v.slots) {
       SlotValue* out = imp->add_slots();
       out->set_name(slot.name);
@@ -102,6 +124,7 @@ void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
       TableImport* imp = req->add_tables();
       imp->set_table(t.name);
       imp->set_version(t.version);
+      AddWatermarks(t.applied, imp->mutable_applied());
       for (size_t k = begin; k < end; ++k) {
         const size_t i = rows[k];
         AppendBytes(imp->mutable_keys(), &t.keys[i], 1);

@@ -39,6 +39,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
   for (const auto& [name, dim] : m.signature.tables) {
     j["tables"].push_back({{"name", name}, {"dim", dim}});
   }
+  if (!m.ledger.is_null()) j["ledger"] = m.ledger;
   return WriteFileAtomically(dir + "/" + kManifest, j.dump(2) + "\n");
 }
 
@@ -51,9 +52,13 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   Manifest m;
   try {
     const nlohmann::json j = nlohmann::json::parse(text.str());
-    if (j.at("format") != kFormat || j.at("format_version") != kCheckpointFormatVersion) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": not a pstrain checkpoint of format ", kCheckpointFormatVersion));
+    const nlohmann::json& version = j.at("format_version");
+    if (j.at("format") != kFormat || !version.is_number_unsigned() ||
+        version.get<uint32_t>() < kOldestCheckpointFormatVersion ||
+        version.get<uint32_t>() > kCheckpointFormatVersion) {
+      return absl::DataLossError(absl::StrCat(path, ": not a pstrain checkpoint of format ",
+                                              kOldestCheckpointFormatVersion, " to ",
+                                              kCheckpointFormatVersion));
     }
     m.global_step = j.at("global_step");
     m.num_ps = j.at("num_ps");
@@ -71,6 +76,12 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
     }
     for (const auto& t : j.at("tables")) {
       m.signature.tables.emplace_back(t.at("name").get<std::string>(), t.at("dim").get<int>());
+    }
+    if (j.contains("ledger")) {
+      if (!j["ledger"].is_object()) {
+        return absl::DataLossError(absl::StrCat(path, ": \"ledger\" is not an object"));
+      }
+      m.ledger = j["ledger"];
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": ", e.what()));

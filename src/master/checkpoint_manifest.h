@@ -19,6 +19,7 @@ struct Manifest {
   int num_ps = 0;
   std::vector<std::pair<std::string, WrittenFile>> files;  // name in the directory, size, XXH3
   ModelSignature signature;
+  nlohmann::json ledger;  // the chief's task ledger at the cut (TaskLedger::ToJson); null: none
 };
 
 // Writes <dir>/manifest.json atomically: from then on the checkpoint exists.

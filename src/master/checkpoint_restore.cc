@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -53,7 +54,7 @@ absl::Status Assemble(const std::string& dir, const std::vector<const ShardRecor
     }
     v->version = std::max(v->version, s->version);
     v->update_count = std::max(v->update_count, s->update_count);
-    v->pieces.push_back({s->row_begin, s->row_end, s->version, s->update_count});
+    v->pieces.push_back({s->row_begin, s->row_end, s->version, s->update_count, s->applied});
     covered += s->row_end - s->row_begin;
   }
   if (covered != rows && !(v->shape.empty() && covered == 1)) {
@@ -94,6 +95,44 @@ void SortByLastUpdate(TableRecord* t) {
   *t = std::move(sorted);
 }
 
+// Rewrites as pending every task the ledger says applied whose batches are not all in every
+// shard and table (a push of it queued at a frozen PS when the cut was taken). Only for parts
+// with watermarks (format 2 with the task queue's tagged pushes).
+void ReconcileLedger(LoadedCheckpoint* ckpt) {
+  if (!ckpt->ledger.is_object() || !ckpt->ledger.contains("ledger")) return;
+  std::vector<const std::vector<TaskWatermarkRecord>*> lists;
+  bool any = false;
+  for (const LoadedCheckpoint::Variable& v : ckpt->variables) {
+    for (const auto& p : v.pieces) {
+      lists.push_back(&p.applied);
+      any = any || !p.applied.empty();
+    }
+  }
+  for (const TableRecord& t : ckpt->tables) lists.push_back(&t.applied);
+  if (!any) return;  // no watermarks: nothing to compare with
+  std::map<std::pair<int, int64_t>, int64_t> cut;
+  for (const TaskWatermarkRecord& w : MinWatermarks(lists)) cut[{w.epoch, w.task}] = w.next_batch;
+  nlohmann::json& epochs = ckpt->ledger["ledger"];
+  int64_t rewritten = 0;
+  for (size_t e = 0; epochs.is_array() && e < epochs.size(); ++e) {
+    for (size_t id = 0; epochs[e].is_array() && id < epochs[e].size(); ++id) {
+      nlohmann::json& t = epochs[e][id];
+      if (!t.is_object() || t.value("state", "") != "applied") continue;
+      const auto it = cut.find({static_cast<int>(e), static_cast<int64_t>(id)});
+      if (it != cut.end() && it->second >= t.value("steps", int64_t{0})) continue;
+      t["state"] = "pending";
+      t["worker"] = -1;
+      ++rewritten;
+    }
+  }
+  if (rewritten == 0) return;
+  if (ckpt->ledger.contains("applied") && ckpt->ledger["applied"].is_number_integer()) {
+    ckpt->ledger["applied"] = ckpt->ledger["applied"].get<int64_t>() - rewritten;
+  }
+  spdlog::warn("{}: {} task(s) the ledger says applied are not whole in the cut; they are redone",
+               ckpt->path, rewritten);
+}
+
 absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
   absl::StatusOr<Manifest> m = ReadManifest(dir);
   if (!m.ok()) return m.status();
@@ -102,6 +141,7 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
   ckpt.global_step = m->global_step;
   ckpt.num_ps = m->num_ps;
   ckpt.signature = m->signature;
+  ckpt.ledger = m->ledger;
   std::vector<PartFile> parts;
   for (const auto& [name, want] : m->files) {
     const std::string path = dir + "/" + name;
@@ -126,20 +166,45 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
   }
   for (const auto& [name, dim] : ckpt.signature.tables) {
     TableRecord& t = ckpt.tables.emplace_back();
-    for (PartFile& p : parts) {
-      for (TableRecord& r : p.tables) {
-        if (r.name == name) MergeTable(&t, std::move(r));
+    std::vector<std::vector<TaskWatermarkRecord>> applied(parts.size());  // by part
+    for (size_t i = 0; i < parts.size(); ++i) {
+      for (TableRecord& r : parts[i].tables) {
+        if (r.name != name) continue;
+        applied[i] = std::move(r.applied);
+        MergeTable(&t, std::move(r));
       }
     }
+    std::vector<const std::vector<TaskWatermarkRecord>*> lists;
+    for (const auto& a : applied) lists.push_back(&a);
+    t.applied = MinWatermarks(lists);
     if (t.name != name || t.dim != dim) {
       return Lost(dir, ": table '", name, "' of dim ", dim, " is in no part");
     }
     SortByLastUpdate(&t);
   }
+  ReconcileLedger(&ckpt);
   return ckpt;
 }
 
 }  // namespace
+
+std::vector<TaskWatermarkRecord> MinWatermarks(
+    const std::vector<const std::vector<TaskWatermarkRecord>*>& lists) {
+  std::map<std::pair<int32_t, int64_t>, std::pair<int64_t, size_t>> seen;  // min, lists holding it
+  for (const std::vector<TaskWatermarkRecord>* list : lists) {
+    for (const TaskWatermarkRecord& w : *list) {
+      auto [it, fresh] = seen.try_emplace({w.epoch, w.task}, w.next_batch, 0);
+      it->second.first = std::min(it->second.first, w.next_batch);
+      ++it->second.second;
+    }
+  }
+  std::vector<TaskWatermarkRecord> out;
+  for (const auto& [key, min] : seen) {
+    if (min.second < lists.size() || min.first <= 0) continue;  // missing somewhere: 0
+    out.push_back({key.first, key.second, min.first});
+  }
+  return out;
+}
 
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
   std::error_code ec;

@@ -53,6 +53,7 @@ struct CheckpointManager::Cut {
   uint64_t seq = 0;
   int64_t step = 0;
   std::string dir;
+  nlohmann::json ledger;  // the chief's ledger while every PS was frozen
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
@@ -114,7 +115,10 @@ void CheckpointManager::SetModel(std::vector<Placement> placement, ModelSignatur
   signature_ = std::move(signature);
 }
 
-void CheckpointManager::SetLedgerSource(std::function<nlohmann::json()>) {}
+void CheckpointManager::SetLedgerSource(std::function<nlohmann::json()> ledger_at_cut) {
+  absl::MutexLock lock(&mu_);
+  ledger_source_ = std::move(ledger_at_cut);
+}
 
 void CheckpointManager::SetRestoredStep(int64_t step) {
   absl::MutexLock lock(&mu_);
@@ -196,10 +200,12 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
   std::vector<CheckpointRequest> freeze(num_ps);
   Cut cut;
   int64_t last_step;
+  std::function<nlohmann::json()> ledger_source;
   {
     absl::MutexLock lock(&mu_);
     cut.seq = ++seq_;
     last_step = last_step_;
+    ledger_source = ledger_source_;
     for (CheckpointRequest& r : freeze) {
       *r.mutable_sender() = MakeSender("chief", 0);
       r.set_phase(CheckpointRequest::FREEZE);
@@ -275,6 +281,7 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       phase_all(CheckpointRequest::ABORT, "");
       return absl::PermissionDeniedError(absl::StrCat("creating ", cut.dir, ": ", ec.message()));
     }
+    if (ledger_source) cut.ledger = ledger_source();  // every PS is frozen at the cut
     absl::Status released = FirstError(phase_all(CheckpointRequest::RELEASE, cut.dir));
     const absl::Duration pause = absl::Now() - start;
     {
@@ -320,6 +327,7 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
   }
   m.global_step = cut.step;
   m.num_ps = num_ps;
+  m.ledger = cut.ledger;
   int64_t total = 0;
   for (int t = 0; t < num_ps; ++t) {
     m.files.push_back({absl::StrCat("ps-", t, ".ckpt"), files[t]});

@@ -63,7 +63,7 @@ class CheckpointManager {
   void SetRestoredStep(int64_t step);
   // Called while every PS is frozen at a cut: the chief's ledger at that cut
   // (Coordinator::LedgerJson), written into the manifest as "ledger". Unset: no ledger.
-  void SetLedgerSource(std::function<nlohmann::json()> ledger_at_cut);
+  void SetLedgerSource(std::function<nlohmann::json()> ledger_at_cut) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Saves if --checkpoint_every_steps or --checkpoint_every_secs says one is due at
   // `global_step` and no write is in progress. Never fails: a failed checkpoint is logged,
@@ -106,6 +106,7 @@ class CheckpointManager {
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration last_pause_ ABSL_GUARDED_BY(mu_);
   int64_t last_snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<nlohmann::json()> ledger_source_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
 
@@ -138,8 +139,16 @@ struct LoadedCheckpoint {
   // All rows of each table, oldest update first; `applied` per (epoch, task) the smallest
   // watermark of the parts.
   std::vector<TableRecord> tables;
-  nlohmann::json ledger;  // the manifest's "ledger" (TaskLedger::ToJson); null if none
+  // The manifest's "ledger" (TaskLedger::ToJson); null if none. A task it says applied whose
+  // batches are not all in every shard and table (by the watermarks: a push still queued at the
+  // cut) is rewritten as pending, so a restored job redoes it.
+  nlohmann::json ledger;
 };
+
+// Per (epoch, task), the smallest watermark of `lists` (each a shard's or a table part's), a
+// task missing in one counting as 0; sorted by (epoch, task), without zeros.
+std::vector<TaskWatermarkRecord> MinWatermarks(
+    const std::vector<const std::vector<TaskWatermarkRecord>*>& lists);
 
 // Reads `path`: a ckpt-<step> directory, or a checkpoint root whose newest valid checkpoint is
 // used (an invalid one, a part truncated, corrupted or missing, is reported by a warning naming

@@ -6,14 +6,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "runtime/launch_logs.h"
 
 namespace pstrain {
 namespace {
+
+// The lines of a failed task's log that its error shows.
+constexpr int kTailLines = 10;
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -131,6 +136,41 @@ std::string Supervisor::RestartSummary() const {
   return absl::StrCat(total_restarts_, total_restarts_ == 1 ? " restart" : " restarts",
                       parts.empty() ? "" : " (", absl::StrJoin(parts, ", "),
                       parts.empty() ? "" : ")");
+}
+
+void LaunchError(const std::string& message) {
+  std::fprintf(stderr, "pstrain launch: error: %s\n", message.c_str());
+}
+
+void ReportFailure(const Child& c, const std::string& more) {
+  std::string message = Describe(c);
+  if (!c.log.empty()) absl::StrAppend(&message, " (log: ", c.log, ")");
+  LaunchError(message + more);
+  if (!c.log.empty()) {
+    const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+    if (!tail.empty())
+      std::fprintf(stderr, "pstrain launch: the end of %s's log:\n", c.name.c_str());
+    for (const std::string& line : tail) std::fprintf(stderr, "    %s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ShowCommandResults(const std::vector<Child>& children) {
+  for (const Child& c : children) {
+    if (!c.command || c.log.empty()) continue;
+    const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+    for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
+      if (line->size() < 2 || line->front() != '{' || line->back() != '}') continue;
+      std::fprintf(stderr, "pstrain launch: %s result: %s\n", c.name.c_str(), line->c_str());
+      break;
+    }
+  }
+  std::fflush(stderr);
+}
+
+int ExitCodeOf(const Child& c) {
+  if (!c.command) return 1;
+  return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
 }
 
 std::vector<std::string> RestartedChiefFlags(const std::vector<std::string>& flags,

@@ -33,6 +33,17 @@ bool Failed(const Child& c);
 // "once", "3 times".
 std::string Times(int n);
 
+// "pstrain launch: error: `message`" on stderr.
+void LaunchError(const std::string& message);
+// Says that `c` failed (then `more`), with the end of its log.
+void ReportFailure(const Child& c, const std::string& more);
+// After a job whose commands all succeeded: the last JSON object each command printed (its
+// result, by the convention of the examples), since their output went only to their logs.
+void ShowCommandResults(const std::vector<Child>& children);
+// The launch's exit code when failed task `c` decides it: a worker command's own status (128 + a
+// signal's number), else 1.
+int ExitCodeOf(const Child& c);
+
 // When a task that died is started again (--restart_failed, --max_restarts).
 struct RestartPolicy {
   bool enabled = true;

@@ -36,12 +36,6 @@ constexpr absl::Duration kChiefStopGrace = absl::Seconds(10);
 // How long a task that exited with an error waits for the chief to report the job's failure, and
 // the chief may take to end the job once every worker command exited 0.
 constexpr absl::Duration kTaskFailureGrace = absl::Seconds(10);
-// The lines of a failed task's log that its error shows.
-constexpr int kTailLines = 10;
-
-void Error(const std::string& message) {
-  std::fprintf(stderr, "pstrain launch: error: %s\n", message.c_str());
-}
 
 class Cluster {
  public:
@@ -53,13 +47,13 @@ class Cluster {
 
   int Run() {
     if (o_.num_ps < 1 || o_.num_workers < 1) {
-      Error("need at least 1 ps and 1 worker");
+      LaunchError("need at least 1 ps and 1 worker");
       return 2;
     }
     if (!o_.worker_command.empty()) {
       absl::StatusOr<std::string> found = FindCommand(o_.worker_command[0]);
       if (!found.ok()) {
-        Error(absl::StrCat("worker ", found.status().message()));
+        LaunchError(absl::StrCat("worker ", found.status().message()));
         return absl::IsPermissionDenied(found.status()) ? 126 : 127;
       }
       command_path_ = *found;
@@ -67,7 +61,7 @@ class Cluster {
     if (!o_.worker_command.empty() || !o_.log_dir.empty()) {
       absl::StatusOr<TaskLogs> logs = TaskLogs::Open(o_.log_dir);
       if (!logs.ok()) {
-        Error(std::string(logs.status().message()));
+        LaunchError(std::string(logs.status().message()));
         return o_.log_dir.empty() ? 1 : 2;
       }
       logs_ = *logs;
@@ -75,13 +69,13 @@ class Cluster {
     absl::StatusOr<LaunchSecrets> secrets =
         LaunchSecrets::Make(logs_ ? logs_->dir() : "", o_.auth_token_file, o_.tls);
     if (!secrets.ok()) {
-      Error(std::string(secrets.status().message()));
+      LaunchError(std::string(secrets.status().message()));
       return absl::IsInvalidArgument(secrets.status()) || absl::IsNotFound(secrets.status()) ? 2
                                                                                              : 1;
     }
     secrets_.emplace(*std::move(secrets));
     if (absl::Status s = plan_.Prepare(&*secrets_, logs_ ? &*logs_ : nullptr); !s.ok()) {
-      Error(std::string(s.message()));
+      LaunchError(std::string(s.message()));
       return 1;
     }
     prctl(PR_SET_CHILD_SUBREAPER, 1);  // what a command forks and leaves is reaped here
@@ -89,7 +83,7 @@ class Cluster {
     absl::Status started = Start("chief", 0);
     for (int i = 0; i < o_.num_ps && started.ok(); ++i) started = Start("ps", i);
     for (int i = 0; i < o_.num_workers && started.ok(); ++i) started = Start("worker", i);
-    if (!started.ok()) Error(std::string(started.message()));
+    if (!started.ok()) LaunchError(std::string(started.message()));
     return started.ok() ? Watch() : 1;
   }
 
@@ -204,7 +198,7 @@ class Cluster {
         // The job failed; the chief said why. Each command that failed by itself shows the end of
         // its log too, for the error the script printed.
         output_.EndProgress();
-        if (!WIFEXITED(chief.status)) Error(Describe(chief));
+        if (!WIFEXITED(chief.status)) LaunchError(Describe(chief));
         sup_.StopAll(absl::Seconds(5));
         for (size_t i : sup_.exit_order()) {
           const Child& c = sup_.children()[i];
@@ -218,9 +212,9 @@ class Cluster {
         output_.EndProgress();
         if (const Child* c = FirstFailedCommand(); c != nullptr) {
           Report(*c, "");
-          code = CodeOf(*c);
+          code = ExitCodeOf(*c);
         } else {
-          ShowResults();
+          ShowCommandResults(sup_.children());
         }
       }
       SayRestarts();
@@ -275,7 +269,7 @@ class Cluster {
       std::fflush(stderr);
       if (i == 0) c.argv = plan_.ServerArgv("chief", 0, /*restarted=*/true);
       if (absl::Status s = Spawn(c, restart); !s.ok()) {
-        Error(std::string(s.message()));
+        LaunchError(std::string(s.message()));
         failure_ = 1;
         StopChief();
         return;
@@ -306,7 +300,7 @@ class Cluster {
   void CheckTasks() {
     if (const Child* failed = FailedTask(); failed != nullptr) {
       Report(*failed, "; stopping the cluster");
-      failure_ = CodeOf(*failed);
+      failure_ = ExitCodeOf(*failed);
       StopChief();
       return;
     }
@@ -314,7 +308,7 @@ class Cluster {
     if (commands_ended_ == absl::InfiniteFuture()) commands_ended_ = absl::Now();
     if (absl::Now() - commands_ended_ > kTaskFailureGrace) {
       output_.EndProgress();
-      Error(
+      LaunchError(
           absl::StrCat("every worker command exited with status 0, but the chief has not ended "
                        "the job ",
                        absl::FormatDuration(kTaskFailureGrace),
@@ -339,21 +333,6 @@ class Cluster {
     return nullptr;
   }
 
-  // After a job whose commands all succeeded: the last JSON object each command printed (its
-  // result, by the convention of the examples), since their output went only to their logs.
-  void ShowResults() const {
-    for (const Child& c : sup_.children()) {
-      if (!c.command || c.log.empty()) continue;
-      const std::vector<std::string> tail = LastLines(c.log, kTailLines);
-      for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
-        if (line->size() < 2 || line->front() != '{' || line->back() != '}') continue;
-        std::fprintf(stderr, "pstrain launch: %s result: %s\n", c.name.c_str(), line->c_str());
-        break;
-      }
-    }
-    std::fflush(stderr);
-  }
-
   // How many tasks were restarted, if any.
   void SayRestarts() const {
     if (sup_.total_restarts() == 0) return;
@@ -364,23 +343,7 @@ class Cluster {
   // Says that `c` failed (then `more`), with the end of its log.
   void Report(const Child& c, const std::string& more) {
     output_.EndProgress();
-    std::string message = Describe(c);
-    if (!c.log.empty()) absl::StrAppend(&message, " (log: ", c.log, ")");
-    Error(message + more);
-    if (!c.log.empty()) {
-      const std::vector<std::string> tail = LastLines(c.log, kTailLines);
-      if (!tail.empty())
-        std::fprintf(stderr, "pstrain launch: the end of %s's log:\n", c.name.c_str());
-      for (const std::string& line : tail) std::fprintf(stderr, "    %s\n", line.c_str());
-    }
-    std::fflush(stderr);
-  }
-
-  // The launch's exit code when failed task `c` decides it: a worker command's own status (128 +
-  // a signal's number), else 1.
-  static int CodeOf(const Child& c) {
-    if (!c.command) return 1;
-    return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
+    ReportFailure(c, more);
   }
 
   // Asks the chief to end the job, and gives it kChiefStopGrace.

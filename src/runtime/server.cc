@@ -69,7 +69,7 @@ class ChiefWatch {
   bool Refresh() {
     RegisterResponse resp;
     const grpc::Status s =
-        stub_->Register(ContextWithTimeout(kAttempt, /*wait_for_ready=*/false).get(), req_, &resp);
+        stub_->Register(ContextWithTimeout(kAttempt, /*wait_for_ready=*/true).get(), req_, &resp);
     if (!s.ok()) {
       return s.error_code() != grpc::StatusCode::UNAVAILABLE &&
              s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
@@ -131,13 +131,19 @@ absl::Status Serve(
   absl::StatusOr<RegisterResponse> registered = RegisterWithChief(o, stub.get(), req);
   absl::Status s = registered.status();
   if (s.ok()) watch.Registered(*registered);
-  // Until the chief ends the job, register again every second. A chief gone for longer than the
-  // connect timeout has ended the job without saying so, and this task must not run on forever;
-  // one restarted in its place (by launch or another supervisor) is back well within it.
+  // Until the chief ends the job, register again every second (sooner while it is away). A chief
+  // gone for longer than the connect timeout has ended the job without saying so, and this task
+  // must not run on forever; one restarted in its place (by launch or another supervisor) is back
+  // well within it.
   const absl::Duration grace = absl::Seconds(o.connect_timeout_s);
   absl::Time last_seen = absl::Now();
-  while (s.ok() && !end->notified.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    if (watch.Refresh()) {
+  bool answered = true;
+  while (s.ok() && !end->notified.WaitForNotificationWithTimeout(
+                       answered ? absl::Seconds(1) : absl::Milliseconds(100))) {
+    // While the chief does not answer, ask more often: a restarted chief learns of this task,
+    // and this task of it, as soon as it listens.
+    answered = watch.Refresh();
+    if (answered) {
       last_seen = absl::Now();
     } else if (absl::Now() - last_seen > grace) {
       s = absl::UnavailableError(absl::StrCat("lost the chief at ", chief, " for ",
