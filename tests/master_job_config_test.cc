@@ -76,22 +76,57 @@ TEST(JobConfigTest, ValidateForChecksWhatDependsOnTheCluster) {
   EXPECT_THAT(Invalid(JobConfig(), 1, 0), HasSubstr("0 workers"));
 }
 
-TEST(JobConfigTest, TheTaskQueueNeedsAsyncABuiltInModelAndSaneHeartbeats) {
+TEST(JobConfigTest, TheTaskQueueIsOnByDefaultInEveryModeWithSaneHeartbeats) {
   JobConfig c;
-  c.task_rows = 1000;
-  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
+  EXPECT_EQ(c.task_rows, -1);
+  for (const char* mode : {"async", "sync", "ssp"}) {
+    c.mode = mode;
+    EXPECT_TRUE(c.ValidateFor(2, 2).ok()) << mode;
+    c.task_rows = 1000;
+    EXPECT_TRUE(c.ValidateFor(2, 2).ok()) << mode;
+    c.task_rows = -1;
+  }
+  c.task_rows = -2;
+  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows -2 must be -1 (auto), 0 (fixed shards, no "
+                                    "recovery) or a number of rows"));
   c.task_rows = -1;
-  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows -1 must be non-negative"));
-  c.task_rows = 1000;
-  c.mode = "sync";
-  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows needs --mode async"));
-  c.mode = "async";
   c.heartbeat_timeout_secs = 0.5;
   EXPECT_THAT(Invalid(c), HasSubstr("--heartbeat_secs 1 must be positive and less than "
                                     "--heartbeat_timeout_secs 0.5"));
+  c.task_rows = 0;  // fixed shards: no heartbeats
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
   c.heartbeat_timeout_secs = 10;
   c.model = "external";
+  c.task_rows = -1;  // the default: no queue for client programs
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
+  c.task_rows = 1000;
   EXPECT_THAT(Invalid(c), HasSubstr("--task_rows is for the built-in models"));
+}
+
+TEST(JobConfigTest, AutoTaskRowsAreUpTo200BatchesAnEighthOfAWorkersShareWholeBatches) {
+  JobConfig c;
+  c.batch_size = 64;
+  // 60000 rows, 2 workers: ceil(60000 / 16) = 3750, rounded up to 59 batches of 64.
+  EXPECT_EQ(c.TaskRows(60000, 2), 3776);
+  // Many rows: at most 200 batches.
+  EXPECT_EQ(c.TaskRows(100000000, 2), 200 * 64);
+  // Few rows: at least one batch.
+  EXPECT_EQ(c.TaskRows(10, 4), 64);
+  c.task_rows = 0;
+  EXPECT_EQ(c.TaskRows(60000, 2), 0);
+  c.task_rows = 1000;
+  EXPECT_EQ(c.TaskRows(60000, 2), 1000);
+  c.model = "external";
+  c.task_rows = -1;
+  EXPECT_EQ(c.TaskRows(60000, 2), 0);
+}
+
+TEST(JobConfigTest, ARestartedChiefNeedsACheckpointToRestoreFrom) {
+  JobConfig c;
+  c.restarted = true;
+  EXPECT_THAT(Invalid(c), HasSubstr("--restarted is for a chief restarted with --restore_from"));
+  c.restore_from = "/tmp/ckpt";
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
 }
 
 TEST(JobResultTest, TheLedgerTotalsAreInTheJsonWithTheTaskQueue) {
@@ -106,10 +141,27 @@ TEST(JobResultTest, TheLedgerTotalsAreInTheJsonWithTheTaskQueue) {
   EXPECT_EQ(j["tasks_redone"], 1);
   EXPECT_EQ(j["tasks_applied_once"], true);
   EXPECT_FALSE(j.contains("ledger_problem"));
+  EXPECT_EQ(j["failures_survived"], 0);
+  EXPECT_EQ(j["duplicates_dropped"], 0);
   r.ledger_check = "task 3 of epoch 0 was applied 0 times";
   j = nlohmann::json::parse(r.ToJson());
   EXPECT_EQ(j["tasks_applied_once"], false);
   EXPECT_EQ(j["ledger_problem"], r.ledger_check);
+}
+
+TEST(JobResultTest, TheFailuresSurvivedAreTheirSum) {
+  JobResult r;
+  r.task_queue = true;
+  r.workers_replaced = 1;
+  r.rollbacks = 2;
+  r.chief_restarts = 3;
+  r.ps_stats.set_duplicates_dropped(7);
+  const nlohmann::json j = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(j["failures_survived"], 6);
+  EXPECT_EQ(j["workers_replaced"], 1);
+  EXPECT_EQ(j["rollbacks"], 2);
+  EXPECT_EQ(j["chief_restarts"], 3);
+  EXPECT_EQ(j["duplicates_dropped"], 7);
 }
 
 TEST(ProgressLineTest, ShowsTheGlobalStepOutOfTheTotalElapsedAndEta) {

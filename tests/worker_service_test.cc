@@ -1,5 +1,6 @@
 // The WorkerService obeys only its chief: StartTraining and Shutdown from anyone else are
-// refused, and a repeated StartTraining from the chief (a retry) gets the first call's outcome.
+// refused, a restarted chief (a new incarnation) is obeyed from its first StartTraining, and a
+// repeated StartTraining from the chief (a retry) gets the first call's outcome.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -117,13 +118,32 @@ TEST_F(WorkerServiceTest, StartTrainingOnlyFromItsChief) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(),
               HasSubstr("StartTraining from worker:1 refused by worker:0: only the chief"));
-  s = StartTraining(SenderOf("chief", 0, 78));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(s.error_message(), HasSubstr("from chief incarnation 78 refused by worker:0: it "
-                                           "obeys chief incarnation 77"));
-  // The refusals started nothing: the chief's own call is the first.
+  // The refusal started nothing: the chief's own call is the first.
   s = StartTraining(SenderOf("chief", 0, 77));
   EXPECT_THAT(s.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+}
+
+// A StartTraining from a new chief incarnation (a restarted chief) is obeyed: it starts a new
+// run; from then on the old incarnation is refused, for StartTraining and Shutdown alike.
+TEST_F(WorkerServiceTest, ARestartedChiefIsObeyedAndTheOldOneRefused) {
+  worker_->ExpectChief(77);
+  grpc::Status s = StartTraining(SenderOf("chief", 0, 77));
+  EXPECT_THAT(s.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+  s = StartTraining(SenderOf("chief", 0, 78));
+  EXPECT_THAT(s.error_message(), HasSubstr("/nonexistent/pstrain-data"));
+  s = StartTraining(SenderOf("chief", 0, 77));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("from chief incarnation 77 refused by worker:0: it "
+                                           "obeys chief incarnation 78"));
+  s = Shutdown(SenderOf("chief", 0, 77), true);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(shutdowns_, 0);
+  // Registration naming yet another chief switches too, and the replaced ones stay refused.
+  worker_->ExpectChief(79);
+  s = StartTraining(SenderOf("chief", 0, 78));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  s = Shutdown(SenderOf("chief", 0, 79), true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 TEST_F(WorkerServiceTest, ShutdownOnlyFromItsChief) {

@@ -192,6 +192,14 @@ int main(int argc, char** argv) {
   lch->add_option("--log_format", launch.log_format, "text or json, for every task")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  lch->add_flag("--restart_failed", launch.restart_failed,
+                "restart a task that dies while the job runs (--restart_failed=false: the job "
+                "ends)")
+      ->capture_default_str();
+  lch->add_option("--max_restarts", launch.max_restarts,
+                  "restarts per task, after which a task that dies ends the job")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   const std::vector<std::string> launch_only = FlagNames(lch), launch_switches = SwitchNames(lch);
   launch_training.AddTo(lch);
 
@@ -264,6 +272,12 @@ int main(int argc, char** argv) {
                        "external (the default there)"));
     }
     if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
+    if (s.ok()) {
+      launch.recovery = config->task_rows != 0;
+      launch.checkpoint_dir = config->checkpoint_dir;
+      launch.checkpoint_interval_given =
+          config->checkpoint_every_steps > 0 || config->checkpoint_every_secs > 0;
+    }
     if (worker_command) launch.worker_command = *worker_command;
     for (const std::string& w : launch_training.Inapplicable()) Print(command, "warning", w);
     if (!s.ok()) {

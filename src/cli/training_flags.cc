@@ -200,7 +200,8 @@ void TrainingFlags::AddTo(CLI::App* app) {
                   "seconds a worker may stay silent, and a pull may wait for a step or clock")
       ->capture_default_str();
   app->add_option("--task_rows", c.task_rows,
-                  "rows per task of the chief's task queue (0: a fixed shard per worker; async)")
+                  "rows per task of the chief's task queue, which also turns recovery on "
+                  "(-1: auto, up to 200 batches; 0: a fixed shard per worker, no recovery)")
       ->capture_default_str();
   app->add_option("--heartbeat_secs", c.heartbeat_secs,
                   "task queue: seconds between a worker's heartbeats")
@@ -228,6 +229,11 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--resume", resume_,
                   "continue a job: --checkpoint_dir DIR, restored from its newest valid "
                   "checkpoint if it has one");
+  // Set by a supervisor (pstrain launch) on a chief it restarted, not by hand: hidden.
+  app->add_flag("--restarted", c.restarted,
+                "this chief replaces one that died: it resumes from --restore_from and counts "
+                "the restart")
+      ->group("");
   app->add_option("--slow_worker", c.slow_worker, "testing: index of a worker made slow");
   app->add_option("--slow_worker_delay_ms", c.slow_worker_delay_ms,
                   "testing: its delay before each step");

@@ -183,13 +183,15 @@ absl::StatusOr<std::vector<TensorView>> ViewsOf(const std::vector<Tensor>& tenso
   return views;
 }
 
-absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped) {
+absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped,
+                            const PushTag* tag) {
   absl::StatusOr<std::vector<TensorView>> views = ViewsOf(grads);
   if (!views.ok()) return views.status();
-  return Push(*views, stale_dropped);
+  return Push(*views, stale_dropped, tag);
 }
 
-absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dropped) {
+absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dropped,
+                            const PushTag* tag) {
   if (!unsendable_.ok()) return unsendable_;
   if (grads.size() != variables_.size()) {
     return absl::InvalidArgumentError(
@@ -207,6 +209,11 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
     }
   }
   for (size_t b = 0; b < batches_.size(); ++b) {
+    if (tag != nullptr) {
+      *push_reqs_[b].mutable_tag() = *tag;
+    } else {
+      push_reqs_[b].clear_tag();
+    }
     const std::vector<Slot>& slots = batches_[b].slots;
     for (size_t k = 0; k < slots.size(); ++k) {
       const auto [i, j] = slots[k];
@@ -218,7 +225,8 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
                    g->mutable_gradient());
     }
   }
-  absl::Status s = peers_.FanOut("Push", batch_ps_, push_reqs_, push_resps_, /*retry=*/false,
+  absl::Status s = peers_.FanOut("Push", batch_ps_, push_reqs_, push_resps_,
+                                 /*retry=*/tag != nullptr,
                                  [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
                                    async->Push(ctx, req, resp, std::move(done));
                                  });

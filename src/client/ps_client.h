@@ -68,9 +68,14 @@ class PsClient {
                     bool same_step = false);
   // Pushes grads[i] for variable i (split into its shards), each shard tagged with the version
   // its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as stale.
-  // Waits for a PS that is still connecting, but is never sent twice (a push is not idempotent).
-  absl::Status Push(const std::vector<Tensor>& grads, int* stale_dropped = nullptr);
-  absl::Status Push(const std::vector<TensorView>& grads, int* stale_dropped = nullptr);
+  // Waits for a PS that is still connecting. Untagged, a push is never sent twice (it is not
+  // idempotent); with `tag` (which batch of which task it carries, docs/recovery.md) every
+  // request carries it, so a PS drops a second copy, and one that failed with UNAVAILABLE is
+  // sent again with backoff, as a pull is.
+  absl::Status Push(const std::vector<Tensor>& grads, int* stale_dropped = nullptr,
+                    const PushTag* tag = nullptr);
+  absl::Status Push(const std::vector<TensorView>& grads, int* stale_dropped = nullptr,
+                    const PushTag* tag = nullptr);
   // Smallest and largest version over the shards of the last Pull; in sync mode both are the
   // global step.
   uint64_t min_version_read() const;

@@ -98,8 +98,8 @@ class TableClient::Impl {
   absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
                       std::vector<std::vector<float>>* rows, uint64_t min_version, int64_t clock);
   absl::Status Push(const std::vector<std::vector<uint64_t>>& keys,
-                    const std::vector<std::vector<float>>& grads, bool every_ps,
-                    int* stale_dropped);
+                    const std::vector<std::vector<float>>& grads, bool every_ps, int* stale_dropped,
+                    const PushTag* tag);
   uint64_t min_version_read() const { return min_read_; }
   const std::vector<TableRef>& tables() const { return tables_; }
   void set_canceller(CallCanceller* canceller) { peers_.set_canceller(canceller); }
@@ -340,7 +340,7 @@ size_t TableClient::Impl::SumRepeats(size_t t, const std::vector<uint64_t>& keys
 
 absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& keys,
                                      const std::vector<std::vector<float>>& grads, bool every_ps,
-                                     int* stale_dropped) {
+                                     int* stale_dropped, const PushTag* tag) {
   if (absl::Status s = CheckTableCount("push", keys.size()); !s.ok()) return s;
   if (grads.size() != keys.size()) {
     return absl::InvalidArgumentError(absl::StrCat("push of keys for ", keys.size(),
@@ -375,6 +375,16 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
     GroupByPs(t, push_keys_[t], distinct);
   }
   Plan(/*every_table=*/every_ps);
+  if (tag != nullptr) {
+    for (size_t i = 1; i < parts_.size(); ++i) {
+      const Part& p = parts_[i];
+      if (p.table == parts_[i - 1].table && p.ps == parts_[i - 1].ps) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table \"", tables_[p.table].name, "\": the keys of one tagged push to ",
+                         TaskName("ps", p.ps), " need more than one request; use smaller batches"));
+      }
+    }
+  }
   const size_t n = targets_.size();
   if (push_reqs_.size() < n) {
     push_reqs_.resize(n);
@@ -383,6 +393,11 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
   for (size_t r = 0; r < n; ++r) {
     *push_reqs_[r].mutable_sender() = sender_;
     push_reqs_[r].mutable_gradients()->Clear();
+    if (tag != nullptr) {
+      *push_reqs_[r].mutable_tag() = *tag;
+    } else {
+      push_reqs_[r].clear_tag();
+    }
   }
   for (const Part& p : parts_) {
     SparseGradient* g = push_reqs_[p.request].add_gradients();
@@ -400,7 +415,8 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
       std::memcpy(dst + at * row_bytes, src + first * table.dim, count * row_bytes);
     });
   }
-  absl::Status s = peers_.FanOut("PushSparse", targets_, push_reqs_, push_resps_, /*retry=*/false,
+  absl::Status s = peers_.FanOut("PushSparse", targets_, push_reqs_, push_resps_,
+                                 /*retry=*/tag != nullptr,
                                  [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
                                    async->PushSparse(ctx, req, resp, std::move(done));
                                  });
@@ -426,8 +442,8 @@ absl::Status TableClient::Lookup(const std::vector<std::vector<uint64_t>>& keys,
 
 absl::Status TableClient::Push(const std::vector<std::vector<uint64_t>>& keys,
                                const std::vector<std::vector<float>>& grads, bool every_ps,
-                               int* stale_dropped) {
-  return impl_->Push(keys, grads, every_ps, stale_dropped);
+                               int* stale_dropped, const PushTag* tag) {
+  return impl_->Push(keys, grads, every_ps, stale_dropped, tag);
 }
 
 uint64_t TableClient::min_version_read() const { return impl_->min_version_read(); }

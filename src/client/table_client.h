@@ -56,10 +56,13 @@ class TableClient {
   // every PS gets a request naming every table, even with no keys, so that every table's step
   // counts this worker's gradient. A table's keys on one PS that need several requests (past
   // the limits) arrive there as several updates. *stale_dropped, if given, counts tables the PS
-  // dropped as stale. Never sent twice.
+  // dropped as stale. Untagged, never sent twice. With `tag` every request carries it and one
+  // that failed with UNAVAILABLE is sent again (a PS drops a second copy of a tagged batch); a
+  // table's keys on one PS must then fit one request (InvalidArgument naming the table and PS
+  // otherwise, before anything is sent), since a PS applies one update per table per batch.
   absl::Status Push(const std::vector<std::vector<uint64_t>>& keys,
                     const std::vector<std::vector<float>>& grads, bool every_ps = false,
-                    int* stale_dropped = nullptr);
+                    int* stale_dropped = nullptr, const PushTag* tag = nullptr);
 
   // Smallest version over the tables and PS of the last Lookup (the global step in sync mode).
   uint64_t min_version_read() const;

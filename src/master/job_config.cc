@@ -1,4 +1,5 @@
 // JobConfig validation and the JSON form of JobResult.
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,15 @@ JobConfig::JobConfig() {
 }
 
 bool JobConfig::BuiltInModel() const { return model != "external"; }
+
+int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
+  if (task_rows >= 0 || !BuiltInModel()) return BuiltInModel() ? task_rows : 0;
+  const int64_t b = batch_size;
+  const int64_t workers = std::max(num_workers, 1);
+  const int64_t share = (rows + 8 * workers - 1) / (8 * workers);
+  const int64_t t = std::min(200 * b, share);
+  return std::max(b, (t + b - 1) / b * b);
+}
 
 absl::Status JobConfig::Validate() const {
   if (model != "mlp" && model != "linear" && model != "wide_deep" && model != "external") {
@@ -79,15 +89,22 @@ absl::Status JobConfig::Validate() const {
     return Bad("--checkpoint_dir and --restore_from are for the built-in models, not --model ",
                model);
   }
-  if (task_rows < 0) return Bad("--task_rows ", task_rows, " must be non-negative");
-  if (task_rows > 0) {
-    if (mode != "async") return Bad("--task_rows needs --mode async (sync and ssp: not yet)");
-    if (!BuiltInModel()) return Bad("--task_rows is for the built-in models, not --model ", model);
+  if (task_rows < -1) {
+    return Bad("--task_rows ", task_rows,
+               " must be -1 (auto), 0 (fixed shards, no recovery) or a number of rows");
+  }
+  if (task_rows > 0 && !BuiltInModel()) {
+    return Bad("--task_rows is for the built-in models, not --model ", model);
+  }
+  if (task_rows != 0 && BuiltInModel()) {
     if (!(heartbeat_secs > 0) || !(heartbeat_timeout_secs > heartbeat_secs) ||
         std::isinf(heartbeat_timeout_secs)) {
       return Bad("--heartbeat_secs ", heartbeat_secs, " must be positive and less than ",
                  "--heartbeat_timeout_secs ", heartbeat_timeout_secs);
     }
+  }
+  if (restarted && restore_from.empty()) {
+    return Bad("--restarted is for a chief restarted with --restore_from (or --resume)");
   }
   if (slow_worker_delay_ms < 0) {
     return Bad("--slow_worker_delay_ms ", slow_worker_delay_ms, " must be non-negative");
@@ -183,6 +200,11 @@ std::string JobResult::ToJson() const {
                       {"worker_stale_steps", worker_stale_steps}};
   if (total_steps > 0) j["total_steps"] = total_steps;
   if (task_queue) {
+    j["failures_survived"] = failures_survived();
+    j["rollbacks"] = rollbacks;
+    j["chief_restarts"] = chief_restarts;
+    j["workers_replaced"] = workers_replaced;
+    j["duplicates_dropped"] = ps_stats.duplicates_dropped();
     j["tasks"] = tasks;
     j["tasks_applied"] = tasks_applied;
     j["tasks_redone"] = tasks_redone;

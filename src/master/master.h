@@ -70,18 +70,26 @@ struct JobConfig {
   int keep_checkpoints = 3;
   std::string restore_from;
   bool restore_if_any = false;
-  // The task queue (docs/recovery.md): with task_rows > 0 each epoch is cut into tasks of this
-  // many rows that workers take from the chief, heartbeating every heartbeat_secs; a worker
-  // silent for heartbeat_timeout_secs is declared dead and may be replaced. 0: every worker
-  // trains on a fixed shard. Async mode only so far.
-  int64_t task_rows = 0;
+  // The task queue (docs/recovery.md): each epoch is cut into tasks of task_rows rows that
+  // workers take from the chief, heartbeating every heartbeat_secs; a worker silent for
+  // heartbeat_timeout_secs is declared dead and replaced. The queue also turns recovery on: a
+  // restarted PS (or, in sync and ssp modes, worker) rolls the job back to its latest
+  // checkpoint. -1 = auto (TaskRows), 0 = every worker trains on a fixed shard, no recovery.
+  // The built-in models only (an external job has no queue).
+  int64_t task_rows = -1;
   double heartbeat_secs = 1;
-  double heartbeat_timeout_secs =
-      10;  // --resume: a root without a checkpoint yet starts from scratch
+  double heartbeat_timeout_secs = 10;
+  // This chief was restarted by its supervisor after the job's chief died (with restore_from the
+  // job's checkpoint root): it counts the restart among the failures survived.
+  bool restarted = false;
 
   JobConfig();
   // Whether the chief trains a built-in model (anything but "external").
   bool BuiltInModel() const;
+  // The rows per task of a job over `rows` training records and `num_workers` workers: 0 = no
+  // task queue (task_rows 0, or an external job); auto (-1) = min(200 batches,
+  // ceil(rows / (8 * workers))) rounded up to whole batches, at least one batch.
+  int64_t TaskRows(int64_t rows, int num_workers) const;
   // InvalidArgument naming the first bad setting by its command-line flag ("--lr_step_size must
   // be positive with --lr_schedule step, got 0").
   absl::Status Validate() const;
@@ -189,10 +197,15 @@ struct JobResult {
   int64_t nonfinite_skipped = 0;            // steps whose gradient had NaN/Inf (skip policy)
   StatsResponse ps_stats;                   // summed over PS tasks (max for max_clock_gap)
   // With the task queue: the ledger's totals, and "" if every task of every epoch was applied
-  // exactly once (else the first that was not).
+  // exactly once, by the ledger and by every shard's and table's watermarks (else the first
+  // task, shard or table that was not).
   bool task_queue = false;
   int64_t tasks = 0, tasks_applied = 0, tasks_redone = 0, workers_declared_dead = 0;
   std::string ledger_check;
+  // Failures the job survived (docs/recovery.md): workers replaced in place, rollbacks to a
+  // checkpoint, restarts of the chief; and the tagged pushes the PS dropped as duplicates.
+  int64_t workers_replaced = 0, rollbacks = 0, chief_restarts = 0;
+  int64_t failures_survived() const { return workers_replaced + rollbacks + chief_restarts; }
   std::string ToJson() const;
 };
 

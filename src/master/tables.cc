@@ -116,6 +116,11 @@ absl::Status TableCreator::GetOrCreate(const TableDef& def) {
   return absl::OkStatus();
 }
 
+void TableCreator::Forget() {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->tables.clear();
+}
+
 std::vector<TableDef> TableCreator::tables() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->tables;

@@ -24,6 +24,8 @@ class TableCreator {
   // (e.g. a bad dim or optimizer) naming the task. A table that some PS refused is removed
   // from none (tables cannot be deleted), so the error says which PS hold it.
   absl::Status GetOrCreate(const TableDef& def);
+  // Forgets the tables created so far (the PS were Reset, docs/recovery.md).
+  void Forget();
   // The tables created so far, in creation order.
   std::vector<TableDef> tables() const;
 

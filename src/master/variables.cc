@@ -83,6 +83,15 @@ absl::StatusOr<Placement> VariablePlacer::GetOrCreate(const NewVariable& var,
   return placed->front();
 }
 
+void VariablePlacer::Forget() {
+  absl::MutexLock lock(&mu_);
+  std::fill(load_.begin(), load_.end(), 0);
+  placed_ = 0;
+  shards_.clear();
+  created_.clear();
+  taken_.clear();
+}
+
 int64_t VariablePlacer::NumShards() const {
   absl::MutexLock lock(&mu_);
   return placed_;

@@ -55,6 +55,10 @@ class VariablePlacer {
   // of the variable is left, so the same create may be retried.
   absl::StatusOr<Placement> GetOrCreate(const NewVariable& var, const std::string& partitioner);
 
+  // Forgets every variable and shard created so far (the PS were Reset, docs/recovery.md): the
+  // next creates place from an empty cluster, as at the start of the job.
+  void Forget();
+
   // Shards created so far, on all PS.
   int64_t NumShards() const;
   // Every shard created so far, in creation order, and the bytes placed on each PS.

@@ -45,9 +45,10 @@ std::string TaskLogs::PathOf(const std::string& name) const {
   return absl::StrCat(dir_, "/", absl::StrReplaceAll(name, {{":", "-"}}), ".log");
 }
 
-absl::StatusOr<int> TaskLogs::Create(const std::string& name) const {
+absl::StatusOr<int> TaskLogs::Create(const std::string& name, bool truncate) const {
   const std::string path = PathOf(name);
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = open(path.c_str(),
+                      O_WRONLY | O_CREAT | (truncate ? O_TRUNC : 0) | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot write the log of ", name, " at ", path, ": ", strerror(errno)));

@@ -18,9 +18,10 @@ class TaskLogs {
   const std::string& dir() const { return dir_; }
   // The file of task `name` ("ps:1").
   std::string PathOf(const std::string& name) const;
-  // Creates (or truncates) the file of task `name`; a descriptor opened for appending with
-  // O_CLOEXEC, so only the process it is handed to (through dup2) keeps it.
-  absl::StatusOr<int> Create(const std::string& name) const;
+  // Creates (or truncates, unless `truncate` is false: a restarted task's) the file of task
+  // `name`; a descriptor opened for appending with O_CLOEXEC, so only the process it is handed to
+  // (through dup2) keeps it.
+  absl::StatusOr<int> Create(const std::string& name, bool truncate = true) const;
 
  private:
   explicit TaskLogs(std::string dir) : dir_(std::move(dir)) {}

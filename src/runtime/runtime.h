@@ -90,13 +90,27 @@ struct LaunchOptions {
   // page with the token.
   bool metrics = false;
   std::string log_format = "text";  // passed to every `pstrain server` task
+  // Restarts: a `pstrain server` task that dies while the job runs (killed by a signal, or a ps
+  // or worker that exits with an error before the chief ended the job) is started again with the
+  // same command after a short backoff, on the same address, at most `max_restarts` times per
+  // task; the chief with --restarted --resume `checkpoint_dir`. Each restart is printed. A job
+  // without `recovery` (the chief's --task_rows 0) is not restarted: it ends as without restarts.
+  bool restart_failed = true;
+  int max_restarts = 5;
+  bool recovery = true;
+  // The chief's checkpoint directory (--checkpoint_dir or --resume), "" if none was given: with
+  // restarts, launch then gives the chief <log_dir>/checkpoints (a temporary directory removed
+  // at the end without logs) and, unless `checkpoint_interval_given`, --checkpoint_every_secs 10.
+  std::string checkpoint_dir;
+  bool checkpoint_interval_given = false;
 };
 
-// Runs a whole cluster on 127.0.0.1 and waits for it; stops every process it started (and the
-// process group of each) on success, failure and SIGINT/SIGTERM. Returns the exit code: the
-// chief's, unless a task failed first (a worker command's own status, 1 for another task) or a
-// signal stopped the launch (128 + its number); a worker command that cannot be found gives 127
-// (126: not executable) before any process starts.
+// Runs a whole cluster on 127.0.0.1 and waits for it, restarting the tasks that die (see
+// LaunchOptions::restart_failed); stops every process it started (and the process group of each)
+// on success, failure and SIGINT/SIGTERM. Returns the exit code: the chief's, unless a task
+// failed first (one restarted max_restarts times already gives 1) (a worker command's own status, 1
+// for another task) or a signal stopped the launch (128 + its number); a worker command that cannot
+// be found gives 127 (126: not executable) before any process starts.
 int Launch(const LaunchOptions& options);
 
 }  // namespace pstrain

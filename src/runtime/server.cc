@@ -32,13 +32,9 @@ std::string ListenAddress(const std::string& address) {
 // Registers with the chief, waiting for it within the connect timeout. A refusal (a task index
 // already taken by another process, a role the chief does not accept) is final.
 absl::StatusOr<RegisterResponse> RegisterWithChief(const ServerOptions& o,
-                                                   const std::string& address,
-                                                   const std::shared_ptr<grpc::Channel>& channel) {
+                                                   MasterService::Stub* stub,
+                                                   const RegisterRequest& req) {
   const std::string chief = o.cluster.Tasks("chief")[0];
-  auto stub = MasterService::NewStub(channel);
-  RegisterRequest req;
-  *req.mutable_sender() = MakeSender(o.job, o.task);
-  req.set_address(address);
   RegisterResponse resp;
   const absl::Duration timeout = absl::Seconds(o.connect_timeout_s);
   const absl::Time end = absl::Now() + timeout;
@@ -51,6 +47,49 @@ absl::StatusOr<RegisterResponse> RegisterWithChief(const ServerOptions& o,
   if (!s.ok()) return s;
   return resp;
 }
+
+// Keeps the task known to the chief it obeys, and to a chief restarted in its place: Register is
+// sent again every second (a harmless retry for a chief that knows this incarnation). An answer
+// from another chief incarnation is handed to `on_registered`, so the task obeys the new chief.
+// The chief's absence is not an error here: Serve notices a chief lost for too long.
+class ChiefWatch {
+ public:
+  ChiefWatch(MasterService::Stub* stub, RegisterRequest req,
+             std::function<void(const RegisterResponse&)> on_registered)
+      : stub_(stub), req_(std::move(req)), on_registered_(std::move(on_registered)) {}
+
+  // The first registration's answer.
+  void Registered(const RegisterResponse& r) {
+    obeyed_ = r.chief_incarnation();
+    on_registered_(r);
+  }
+
+  // One more Register; true if the chief answered, even with a refusal (one for an incarnation
+  // it declared dead, say, which the task learns from its own calls).
+  bool Refresh() {
+    RegisterResponse resp;
+    const grpc::Status s =
+        stub_->Register(ContextWithTimeout(kAttempt, /*wait_for_ready=*/true).get(), req_, &resp);
+    if (!s.ok()) {
+      return s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+             s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+    }
+    if (resp.chief_incarnation() != obeyed_) {
+      spdlog::info("{} registered with a new chief (incarnation {}, was {})",
+                   TaskName(req_.sender().job(), req_.sender().task()), resp.chief_incarnation(),
+                   obeyed_);
+      Registered(resp);
+    }
+    return true;
+  }
+
+ private:
+  static constexpr absl::Duration kAttempt = absl::Milliseconds(500);
+  MasterService::Stub* stub_;
+  const RegisterRequest req_;
+  const std::function<void(const RegisterResponse&)> on_registered_;
+  uint64_t obeyed_ = 0;  // the chief incarnation of the last answer handed on
+};
 
 // How the job ended for this task, as the chief's Shutdown (or the loss of the chief) said.
 struct JobEnd {
@@ -84,16 +123,27 @@ absl::Status Serve(
   spdlog::info("{} serving on {}", TaskName(o.job, o.task), address);
   const std::string chief = o.cluster.Tasks("chief")[0];
   std::shared_ptr<grpc::Channel> channel = MakeChannel(chief);
-  absl::StatusOr<RegisterResponse> registered = RegisterWithChief(o, address, channel);
+  auto stub = MasterService::NewStub(channel);
+  RegisterRequest req;
+  *req.mutable_sender() = MakeSender(o.job, o.task);
+  req.set_address(address);
+  ChiefWatch watch(stub.get(), req, on_registered);
+  absl::StatusOr<RegisterResponse> registered = RegisterWithChief(o, stub.get(), req);
   absl::Status s = registered.status();
-  if (s.ok()) on_registered(*registered);
-  // Until the chief ends the job, watch its connection: a chief gone for longer than the connect
-  // timeout has ended the job without saying so, and this task must not run on forever.
+  if (s.ok()) watch.Registered(*registered);
+  // Until the chief ends the job, register again every second (sooner while it is away). A chief
+  // gone for longer than the connect timeout has ended the job without saying so, and this task
+  // must not run on forever; one restarted in its place (by launch or another supervisor) is back
+  // well within it.
   const absl::Duration grace = absl::Seconds(o.connect_timeout_s);
   absl::Time last_seen = absl::Now();
-  while (s.ok() && !end->notified.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    const grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
-    if (state == GRPC_CHANNEL_READY) {
+  bool answered = true;
+  while (s.ok() && !end->notified.WaitForNotificationWithTimeout(
+                       answered ? absl::Seconds(1) : absl::Milliseconds(100))) {
+    // While the chief does not answer, ask more often: a restarted chief learns of this task,
+    // and this task of it, as soon as it listens.
+    answered = watch.Refresh();
+    if (answered) {
       last_seen = absl::Now();
     } else if (absl::Now() - last_seen > grace) {
       s = absl::UnavailableError(absl::StrCat("lost the chief at ", chief, " for ",

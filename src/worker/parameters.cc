@@ -97,11 +97,12 @@ uint64_t ModelParameters::step() const {
 }
 
 absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& keys,
-                                    const ModelGrads& grads, bool sync, int* stale_dropped) {
+                                    const ModelGrads& grads, bool sync, int* stale_dropped,
+                                    const PushTag* tag) {
   int dense_dropped = 0, table_dropped = 0;
-  auto push = [&] { return dense_.Push(grads.params, &dense_dropped); };
+  auto push = [&] { return dense_.Push(grads.params, &dense_dropped, tag); };
   absl::Status s = tables_ == nullptr ? push() : side_->Both(push, [&] {
-    return tables_->Push(keys, grads.rows, /*every_ps=*/sync, &table_dropped);
+    return tables_->Push(keys, grads.rows, /*every_ps=*/sync, &table_dropped, tag);
   });
   *stale_dropped = dense_dropped + table_dropped;
   return s;
@@ -109,7 +110,7 @@ absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& ke
 
 ModelParameters::~ModelParameters() = default;
 
-absl::Status ModelParameters::Leave() { return dense_.Leave(); }
+absl::Status ModelParameters::Leave(bool pause) { return dense_.Leave(pause); }
 
 std::string NonFinite(const ModelGrads& grads, const std::vector<ParamSpec>& params,
                       const std::vector<TableSpec>& tables,

@@ -35,10 +35,11 @@ class ModelParameters {
   uint64_t step() const;
   // Pushes the gradients of the keys of the last Read. `sync`: every PS hears from this worker
   // for every table, so the step can complete. *stale_dropped counts the parts a PS dropped.
+  // `tag` (may be null): the batch of the task the gradients come from, on every request.
   absl::Status Write(const std::vector<std::vector<uint64_t>>& keys, const ModelGrads& grads,
-                     bool sync, int* stale_dropped);
-  // Tells every PS this worker is done.
-  absl::Status Leave();
+                     bool sync, int* stale_dropped, const PushTag* tag = nullptr);
+  // Tells every PS this worker is done, or with `pause` that it waits (until its next push).
+  absl::Status Leave(bool pause = false);
 
  private:
   class SideThread;

@@ -1,11 +1,9 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
@@ -13,6 +11,8 @@
 #include "common/rpc.h"
 #include "data/data.h"
 #include "worker/parameters.h"
+#include "worker/stepper.h"
+#include "worker/task_loop.h"
 
 namespace pstrain {
 
@@ -22,7 +22,8 @@ absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
 }
 
-// The model's variables with their shards, as the chief placed them, in the model's order.
+}  // namespace
+
 absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, const Model& model,
                                                      int num_ps) {
   if (spec.placement_size() != static_cast<int>(model.params().size())) {
@@ -39,7 +40,6 @@ absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, c
   return vars;
 }
 
-// The model's tables as the spec names them, in the model's order.
 absl::StatusOr<std::vector<TableRef>> TablesOf(const TrainingSpec& spec, const Model& model) {
   if (spec.tables_size() != static_cast<int>(model.tables().size())) {
     return Bad("the spec names ", spec.tables_size(), " tables, the model has ",
@@ -56,6 +56,8 @@ absl::StatusOr<std::vector<TableRef>> TablesOf(const TrainingSpec& spec, const M
   }
   return tables;
 }
+
+namespace {
 
 // Records [begin, end) of the training records that shard `spec.shard_index()` trains on.
 std::pair<int64_t, int64_t> ShardRange(const TrainingSpec& spec) {
@@ -110,11 +112,8 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
     if (!(spec.heartbeat_interval_s() > 0)) {
       return Bad("the task queue needs a positive heartbeat interval");
     }
-    if (spec.mode() != "async") {
-      return Bad("the task queue runs in async mode only so far, not ", spec.mode());
-    }
   }
-  if (spec.mode() == "sync" && spec.total_steps() < 1) {
+  if (spec.mode() == "sync" && !spec.task_queue() && spec.total_steps() < 1) {
     return Bad("sync mode needs the job's total_steps");
   }
   return absl::OkStatus();
@@ -153,130 +152,23 @@ absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
 }
 
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options) {
-  // ValidateSpec accepted the model, its placement and its tables.
-  std::unique_ptr<Model> model = *Model::Create(ModelConfigOf(spec.model()));
-  const int num_ps = static_cast<int>(options.ps_addresses.size());
-  ModelParameters params(options.ps_addresses, *VariablesOf(spec, *model, num_ps),
-                         *TablesOf(spec, *model), MakeSender("worker", options.task),
-                         absl::Seconds(spec.rpc_timeout_s()), options.cancel);
+  Stepper stepper(spec, data, options);
+  if (spec.task_queue()) return TrainOnTasks(spec, data.size(), options, &stepper);
+  // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
+  // total_steps, since dropped (stale) gradients do not count towards it.
   const bool sync = spec.mode() == "sync";
-  const bool ssp = spec.mode() == "ssp";
-
-  const int64_t n = data.size();
-  const int64_t steps_per_epoch = (n + spec.batch_size() - 1) / spec.batch_size();
-  std::vector<int64_t> order(n);
+  std::vector<int64_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(spec.seed());
-
-  ProgressRequest report;
-  *report.mutable_sender() = MakeSender("worker", options.task);
-  double loss_sum = 0;
-  int loss_count = 0;
-  auto send = [&]() {
-    report.set_loss(loss_count > 0 ? loss_sum / loss_count : report.loss());
-    loss_sum = 0;
-    loss_count = 0;
-    return options.report(report);
-  };
-  auto fail = [&](const std::string& error) {
-    if (options.stop->load()) return;  // stopped from outside: the chief knows
-    report.set_error(error);
-    send();
-  };
-
-  Examples batch;
-  batch.dense_dim = data.dense_dim;
-  ModelInputs inputs;
-  ModelGrads grads;
-  uint64_t next_step = 0;  // sync: the global step this worker waits for
-  // One step on the rows order[at, at + batch_size) of `data`, in epoch `epoch` (async, ssp).
-  enum class Outcome { kNext, kReachedTotal, kStop };
-  auto step_on = [&](const std::vector<int64_t>& order, size_t at, int epoch) -> Outcome {
-    if (options.stop->load()) return Outcome::kStop;
-    const int64_t rows = std::min<int64_t>(spec.batch_size(), order.size() - at);
-    batch.Clear();
-    for (int64_t r = 0; r < rows; ++r) batch.AppendRow(data, order[at + r]);
-    const std::vector<std::vector<uint64_t>>& keys = model->TouchedKeys(batch);
-    absl::Status s =
-        params.Read(keys, sync ? next_step : 0, ssp ? report.steps() : 0, sync, &inputs);
-    if (!s.ok()) {
-      fail(std::string(s.message()));
-      return Outcome::kStop;
-    }
-    const uint64_t step = params.step();
-    if (sync && static_cast<int64_t>(step) >= spec.total_steps()) return Outcome::kReachedTotal;
-    report.set_epoch(sync ? static_cast<int>(step / steps_per_epoch) : epoch);
-    if (spec.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
-      std::this_thread::sleep_for(std::chrono::milliseconds(spec.step_delay_ms()));
-    }
-    loss_sum += model->ForwardBackward(inputs, batch, &grads);
-    ++loss_count;
-    if (std::string bad = NonFinite(grads, model->params(), model->tables(), keys); !bad.empty()) {
-      if (spec.stop_on_nonfinite()) {
-        fail(absl::StrCat("step ", report.steps(), ": ", bad));
-        return Outcome::kStop;
-      }
-      report.set_nonfinite_skipped(report.nonfinite_skipped() + 1);
-    } else {
-      int dropped = 0;
-      s = params.Write(keys, grads, sync, &dropped);
-      if (!s.ok()) {
-        fail(std::string(s.message()));
-        return Outcome::kStop;
-      }
-      if (dropped > 0) report.set_stale_dropped(report.stale_dropped() + 1);
-    }
-    next_step = step + 1;
-    report.set_steps(report.steps() + 1);
-    report.set_examples(report.examples() + rows);
-    if (report.steps() % spec.report_every() == 0 && !send()) return Outcome::kStop;
-    return Outcome::kNext;
-  };
-  if (spec.task_queue()) {
-    // Tasks from the chief's queue until none is left: each one's rows, shuffled, in batches.
-    for (;;) {
-      absl::StatusOr<std::optional<TaskAssignment>> task = options.next_task();
-      if (!task.ok()) return fail(std::string(task.status().message()));
-      if (!task->has_value()) break;
-      const TaskAssignment& t = **task;
-      if (t.begin() < 0 || t.end() <= t.begin() || t.end() > n) {
-        return fail(absl::StrCat("the chief handed out rows [", t.begin(), ", ", t.end(),
-                                 ") of task ", t.task(), "; the data has ", n));
-      }
-      order.resize(t.end() - t.begin());
-      std::iota(order.begin(), order.end(), t.begin());
-      std::shuffle(order.begin(), order.end(), rng);
-      const int64_t steps_before = report.steps();
-      for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
-        if (step_on(order, at, t.epoch()) != Outcome::kNext) return;
-      }
-      TaskDoneRequest done;
-      *done.mutable_sender() = report.sender();
-      done.set_epoch(t.epoch());
-      done.set_task(t.task());
-      done.set_steps(report.steps() - steps_before);
-      done.set_examples(static_cast<int64_t>(order.size()));
-      if (absl::Status s = options.task_done(done); !s.ok()) return fail(std::string(s.message()));
-    }
-  } else {
-    // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
-    // total_steps, since dropped (stale) gradients do not count towards it.
-    bool reached_total = false;
-    for (int pass = 0; !reached_total && (sync || pass < spec.epochs()); ++pass) {
-      std::shuffle(order.begin(), order.end(), rng);
-      for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
-        const Outcome o = step_on(order, at, pass);
-        if (o == Outcome::kStop) return;
-        if (o == Outcome::kReachedTotal) {
-          reached_total = true;
-          break;
-        }
-      }
+  for (int pass = 0; sync || pass < spec.epochs(); ++pass) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
+      const Stepper::Outcome o = stepper.Step(order, at, pass, /*tag=*/nullptr);
+      if (o == Stepper::Outcome::kStop) return;
+      if (o == Stepper::Outcome::kReachedTotal) return stepper.Finish();
     }
   }
-  if (absl::Status s = params.Leave(); !s.ok()) return fail(std::string(s.message()));
-  report.set_done(true);
-  send();
+  stepper.Finish();
 }
 
 }  // namespace pstrain

@@ -35,23 +35,43 @@ absl::Status CheckShard(const TrainingSpec& spec, const Examples& data);
 struct TrainerOptions {
   int task = 0;
   std::vector<std::string> ps_addresses;
+  // On every request of this run, to the PS and the chief: this worker with the run's
+  // generation (docs/recovery.md).
+  Sender sender;
+  // With spec.task_queue: the job's seed, the same on every worker (see JobSeedOf).
+  uint64_t job_seed = 0;
   // Sends a report to the chief; returns false when the worker should stop (job ending or chief
   // unreachable).
   std::function<bool(const ProgressRequest&)> report;
-  // With spec.task_queue: the next task from the chief (nullopt: none is left), and the report
-  // that a task is done; an error ends training (reported).
-  std::function<absl::StatusOr<std::optional<TaskAssignment>>()> next_task;
+  // With spec.task_queue: the chief's answer to NextTask (TASK, WAIT or FINISHED), and the report
+  // that a task is done; an error ends training (reported, unless it refuses this generation).
+  std::function<absl::StatusOr<NextTaskResponse>()> next_task;
   std::function<absl::Status(const TaskDoneRequest&)> task_done;
   const std::atomic<bool>* stop = nullptr;  // set from outside to stop at the next step
   CallCanceller* cancel = nullptr;          // ends the calls to the PS in flight, if set
 };
 
+// Whether `s` refuses work of another generation (FAILED_PRECONDITION naming the generation,
+// from a PS or the chief): the run was superseded by a rollback and ends quietly.
+bool OtherGeneration(const absl::Status& s);
+
+// The job's seed as the chief gave it to worker `task` (the chief sends each worker the job's
+// seed offset by its index; the task queue's shuffles must not depend on the worker).
+uint64_t JobSeedOf(const TrainingSpec& spec, int task);
+
+// The rows of task `t` in the order its batches take them: [begin, end) shuffled by a seed of
+// (job_seed, epoch, task) only, so any worker that does or redoes the task cuts the same batches.
+std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed);
+
 // With spec.task_queue, trains on the tasks options.next_task hands out (rows of `data`) until
-// none is left, reporting each one done. Otherwise trains for spec.epochs over `data` (this
-// worker's shard, checked by ValidateSpec and CheckShard): per step the keys the batch touches, a
-// pull of the dense parameters and a lookup of the table rows (in parallel), forward and backward,
-// a push of both gradients. Reports every spec.report_every steps and once at the end (done or
-// error).
+// the chief says FINISHED, reporting each one done; every push carries PushTag{epoch, task,
+// batch}. In sync mode each batch is one step and a worker told WAIT leaves the step barrier
+// (Leave with pause) until its next push; in ssp mode likewise for the clocks. Otherwise trains
+// for spec.epochs over `data` (this worker's shard, checked by ValidateSpec and CheckShard) or,
+// in sync mode, until the global step reaches spec.total_steps: per step the keys the batch
+// touches, a pull of the dense parameters and a lookup of the table rows (in parallel), forward
+// and backward, a push of both gradients. Reports every spec.report_every steps and once at the
+// end (done or error).
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options);
 
 }  // namespace pstrain

@@ -1,0 +1,143 @@
+// Internal to src/master: the chief's job loop (RunJob, master/master.h), in three files:
+// job.cc (the run from start to end), job_workers.cc (starting workers, waiting for them,
+// summing their reports and the PS counters) and job_recovery.cc (generations: Reset and
+// Configure of every PS, the parameters created or restored, rollbacks, the final check of the
+// task watermarks; docs/recovery.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/rpc.h"
+#include "master/checkpoints.h"
+#include "master/coordinator.h"
+#include "master/job_status.h"
+#include "master/master.h"
+#include "master/model_job.h"
+#include "master/tables.h"
+#include "master/variables.h"
+#include "ps.grpc.pb.h"
+#include "worker.grpc.pb.h"
+
+namespace pstrain {
+
+// Calls `rpc` with a fresh context until it succeeds, fails for good, or `timeout` has passed:
+// for calls to a peer that may not be ready yet, and that are safe to repeat.
+template <typename Rpc>
+absl::Status CallWithRetry(absl::Duration timeout, const std::string& what, const std::string& task,
+                           Rpc rpc) {
+  const absl::Time deadline = absl::Now() + timeout;
+  return RetryUntil(timeout, absl::StrCat(what, " at ", task), [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    return FromGrpcStatus(rpc(&ctx), what, task);
+  });
+}
+
+// Cancelled("stopped by <reason>"): the job was stopped (RequestJobStop, Coordinator::Abort).
+absl::Status Stopped(const std::string& reason);
+
+// What a checkpoint's watermarks say when the job cannot use its ledger: nothing. Tasks then
+// start afresh, and no push of theirs may count as a duplicate of the checkpoint's.
+void DropWatermarks(LoadedCheckpoint* ckpt);
+
+// "" if every shard and table of `applied` (one AppliedTasks answer per PS) has applied every
+// batch of every task of `shape` with `batch` rows per batch, once; else the first that has
+// not, by PS, shard or table, epoch and task. `shards` and `tables`: how many of each the job
+// created (tables per PS).
+std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
+                            const LedgerShape& shape, int batch, int64_t shards, int64_t tables);
+
+class Job {
+ public:
+  Job(const MasterOptions& options, Coordinator* coordinator, ModelJob* model_job,
+      VariablePlacer* placer, TableCreator* tables, StatusTracker* status);
+
+  absl::StatusOr<JobResult> Run();
+  // Best effort: every task is told to stop, in parallel, each with a short deadline.
+  void ShutdownTasks(const std::string& reason, bool job_succeeded);
+  // Checkpoints (master/checkpoints.h): saved through `manager`, the job started from `restore`
+  // (its watermarks dropped if its ledger does not fit the job).
+  void SetCheckpoints(CheckpointManager* manager, LoadedCheckpoint* restore) {
+    checkpoints_ = manager;
+    restore_ = restore;
+  }
+
+ private:
+  // The chief as sender of this generation's requests.
+  Sender Chief() const;
+  bool Recovery() const { return task_rows_ > 0; }
+
+  // ---- job_recovery.cc ----
+  // The task queue and recovery, with task rows (config_.TaskRows).
+  absl::Status EnableTasks();
+  // Starts the next generation on `ckpt`'s ledger (null: a fresh one; a ledger of another
+  // shape is warned of and replaced by a fresh one, the checkpoint's watermarks dropped).
+  absl::Status BeginGeneration(LoadedCheckpoint* ckpt);
+  // Reset (with recovery) and Configure every PS for this generation.
+  absl::Status ResetPs();
+  absl::Status ConfigurePs();
+  // The built-in model's parameters, from `ckpt` (null: their initial values); the placer and
+  // table creator forget what they created before; the checkpoint manager learns the placement.
+  absl::Status CreateModel(const LoadedCheckpoint* ckpt);
+  // A restarted PS (or sync/ssp worker): every PS back, a new generation from the latest
+  // checkpoint, every worker started on it.
+  absl::Status Rollback(const std::string& reason, std::vector<absl::Time>* alive);
+  absl::Status WaitForPs(absl::Duration timeout);
+  // The latest valid checkpoint of --checkpoint_dir, else the one the job started from, else
+  // null (initial values).
+  absl::StatusOr<LoadedCheckpoint*> LatestCheckpoint();
+  // Design item 8: every PS's AppliedTasks against the ledger's shape; "" if all hold.
+  absl::StatusOr<std::string> CheckApplied();
+  LedgerShape Shape() const;
+  void LedgerTotals(JobResult* result);
+
+  // ---- job_workers.cc ----
+  // The job's length in global steps.
+  int64_t GlobalSteps() const;
+  int64_t SyncSteps() const;
+  void SetScheduleLength();
+  absl::StatusOr<Placement> Create(const VariableSpec& spec);
+  void WarnIfUnbalanced();
+  // Async task queue: a worker declared dead is not waited for; one registered by a new
+  // incarnation is announced to every PS in place of the old one and started.
+  absl::Status StartReplacements(std::vector<absl::Time>* alive, absl::Time now);
+  // Starts every live worker on this generation; *bad_lines_skipped sums the lines they skipped.
+  absl::Status StartWorkers(int64_t* bad_lines_skipped);
+  absl::Status StartWorker(size_t t, StartTrainingResponse* resp);
+  absl::Status WaitForWorkers(absl::Time start, JobResult* result);
+  bool TasksDone(const std::vector<WorkerProgress>& progress) const;
+  absl::Status CheckLedgerMoves(const std::vector<WorkerProgress>& progress, absl::Time now,
+                                absl::Time* done_since) const;
+  bool Summarize(const std::vector<WorkerProgress>& progress, JobResult* result) const;
+  absl::Status CollectStats(JobResult* result);
+  absl::Status Evaluate(JobResult* result);
+
+  JobConfig config_;  // a copy: Run fills in what the flags left to the job
+  Coordinator* const coordinator_;
+  ModelJob* const model_job_;  // null for external programs
+  VariablePlacer* const placer_;
+  TableCreator* const tables_;
+  StatusTracker* const status_;
+  const std::function<void(const std::string&)> print_progress_;
+  const std::vector<std::string> ps_addresses_;
+  std::vector<std::unique_ptr<ParameterServerService::Stub>> ps_;
+  std::vector<std::unique_ptr<WorkerService::Stub>> workers_;
+  CheckpointManager* checkpoints_ = nullptr;
+  LoadedCheckpoint* restore_ = nullptr;
+  std::unique_ptr<LoadedCheckpoint> latest_;  // the checkpoint of the last rollback
+  int64_t task_rows_ = 0;                     // 0: no task queue, no recovery
+  uint64_t generation_ = 0;                   // 0: no recovery
+  TrainingSpec spec_;                         // what StartWorkers sent, for replacements
+  std::vector<uint64_t> started_;  // by worker: the incarnation started on spec_ (0: none)
+};
+
+}  // namespace pstrain

@@ -1,0 +1,258 @@
+// The job loop's generations (docs/recovery.md): the task queue and recovery turned on, every
+// PS Reset and Configured for a generation, the parameters created or restored, a rollback to
+// the latest checkpoint, and the final check of every shard's and table's task watermarks.
+#include <algorithm>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "master/job.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+
+void DropWatermarks(LoadedCheckpoint* ckpt) {
+  for (LoadedCheckpoint::Variable& v : ckpt->variables) {
+    for (LoadedCheckpoint::Variable::Piece& p : v.pieces) p.applied.clear();
+  }
+  for (TableRecord& t : ckpt->tables) t.applied.clear();
+}
+
+std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
+                            const LedgerShape& shape, int batch, int64_t shards, int64_t tables) {
+  const int64_t tasks_per_epoch = (shape.rows + shape.task_rows - 1) / shape.task_rows;
+  int64_t shards_seen = 0, tables_seen = 0;
+  for (size_t p = 0; p < applied.size(); ++p) {
+    const std::pair<const char*, const google::protobuf::RepeatedPtrField<AppliedTasks>*> kinds[] =
+        {{"shard", &applied[p].shards()}, {"table", &applied[p].tables()}};
+    for (const auto& [kind, list] : kinds) {
+      for (const AppliedTasks& a : *list) {
+        ++(kind[0] == 's' ? shards_seen : tables_seen);
+        std::map<std::pair<int, int64_t>, int64_t> marks;
+        for (const TaskWatermark& w : a.tasks()) marks[{w.epoch(), w.task()}] = w.next_batch();
+        const std::string where = absl::StrCat(TaskName("ps", p), " ", kind, " ", a.name());
+        for (const auto& [key, next] : marks) {
+          if (key.first < 0 || key.first >= shape.epochs || key.second < 0 ||
+              key.second >= tasks_per_epoch) {
+            return absl::StrCat(where, " holds batches of task ", key.second, " of epoch ",
+                                key.first, ", which the job does not have");
+          }
+        }
+        for (int e = 0; e < shape.epochs; ++e) {
+          for (int64_t t = 0; t < tasks_per_epoch; ++t) {
+            const int64_t rows = std::min(shape.task_rows, shape.rows - t * shape.task_rows);
+            const int64_t want = (rows + batch - 1) / batch;
+            const auto it = marks.find({e, t});
+            const int64_t got = it == marks.end() ? 0 : it->second;
+            if (got != want) {
+              return absl::StrCat(where, ": task ", t, " of epoch ", e, " has ", got, " of its ",
+                                  want, " batches applied");
+            }
+          }
+        }
+      }
+    }
+  }
+  if (shards_seen != shards) {
+    return absl::StrCat("the PS hold ", shards_seen, " shards; the job created ", shards);
+  }
+  if (tables_seen != tables * static_cast<int64_t>(applied.size())) {
+    return absl::StrCat("the PS hold ", tables_seen, " table parts; the job created ",
+                        tables * static_cast<int64_t>(applied.size()));
+  }
+  return "";
+}
+
+LedgerShape Job::Shape() const {
+  return {model_job_->train_records(), task_rows_, config_.epochs,
+          static_cast<int>(workers_.size())};
+}
+
+absl::Status Job::EnableTasks() {
+  if (task_rows_ <= 0) return absl::OkStatus();
+  if (absl::Status s = coordinator_->EnableTasks(Shape(), absl::Seconds(config_.heartbeat_secs),
+                                                 absl::Seconds(config_.heartbeat_timeout_secs));
+      !s.ok()) {
+    return s;
+  }
+  coordinator_->EnableRecovery();
+  const LedgerShape shape = Shape();
+  spdlog::info("task queue on ({} tasks of {} rows per epoch): recovery on",
+               (shape.rows + task_rows_ - 1) / task_rows_, task_rows_);
+  return absl::OkStatus();
+}
+
+absl::Status Job::BeginGeneration(LoadedCheckpoint* ckpt) {
+  const nlohmann::json ledger = ckpt != nullptr ? ckpt->ledger : nlohmann::json();
+  // Watermarks without their ledger would drop the pushes of the fresh ledger's tasks.
+  if (ckpt != nullptr && ledger.is_null()) DropWatermarks(ckpt);
+  absl::StatusOr<uint64_t> g = coordinator_->BeginGeneration(ledger);
+  if (!g.ok() && absl::IsInvalidArgument(g.status()) && !ledger.is_null()) {
+    spdlog::warn("the ledger of {} does not fit this job ({}): every task starts afresh",
+                 ckpt->path, std::string(g.status().message()));
+    DropWatermarks(ckpt);
+    g = coordinator_->BeginGeneration(nlohmann::json());
+  }
+  if (!g.ok()) return g.status();
+  generation_ = *g;
+  return absl::OkStatus();
+}
+
+absl::Status Job::ResetPs() {
+  if (!Recovery()) return absl::OkStatus();
+  ResetRequest req;
+  *req.mutable_sender() = Chief();
+  for (size_t t = 0; t < ps_.size(); ++t) {
+    ResetResponse resp;
+    absl::Status s =
+        CallWithRetry(config_.rpc_timeout, "Reset", TaskName("ps", t),
+                      [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::ConfigurePs() {
+  ConfigureRequest req;
+  *req.mutable_sender() = Chief();
+  ConsistencyConfig* c = req.mutable_consistency();
+  c->set_mode(config_.mode);
+  c->set_num_workers(static_cast<int>(workers_.size()));
+  const int replicas = config_.replicas_to_aggregate > 0 ? config_.replicas_to_aggregate
+                                                         : static_cast<int>(workers_.size());
+  c->set_replicas_to_aggregate(replicas);
+  c->set_staleness(config_.staleness);
+  for (const Sender& w : coordinator_->Workers()) *req.add_workers() = w;
+  req.set_wait_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
+  req.set_generation(generation_);
+  for (size_t t = 0; t < ps_.size(); ++t) {
+    ConfigureResponse resp;
+    absl::Status s =
+        CallWithRetry(config_.rpc_timeout, "Configure", TaskName("ps", t),
+                      [&](grpc::ClientContext* ctx) { return ps_[t]->Configure(ctx, req, &resp); });
+    if (!s.ok()) return s;
+  }
+  spdlog::info("mode {}{}{}", config_.mode,
+               config_.mode == "sync"
+                   ? absl::StrCat(": ", replicas, " of ", workers_.size(), " gradients per step")
+               : config_.mode == "ssp" ? absl::StrCat(": staleness ", config_.staleness)
+                                       : std::string(),
+               generation_ > 0 ? absl::StrCat(", generation ", generation_) : std::string());
+  return absl::OkStatus();
+}
+
+absl::Status Job::CreateModel(const LoadedCheckpoint* ckpt) {
+  // The PS were Reset (or are new): nothing created before is there.
+  placer_->Forget();
+  tables_->Forget();
+  ModelJob::RestoreFn restore;
+  if (ckpt != nullptr) {
+    restore = [this, ckpt](const auto& vars, const auto& defs, std::vector<Placement>* placement) {
+      if (absl::Status s = CheckSignature(*ckpt, SignatureOf(model_job_->model())); !s.ok()) {
+        return s;
+      }
+      return RestoreParameters(*ckpt, vars, defs, placer_, tables_, ps_addresses_,
+                               config_.rpc_timeout, placement);
+    };
+  }
+  if (absl::Status s = model_job_->CreateParameters(config_.optimizer, placer_, tables_, restore);
+      !s.ok()) {
+    return s;
+  }
+  if (checkpoints_ != nullptr) {
+    TrainingSpec spec;
+    model_job_->FillSpec(&spec);
+    checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()},
+                           SignatureOf(model_job_->model()));
+  }
+  WarnIfUnbalanced();
+  return absl::OkStatus();
+}
+
+absl::Status Job::WaitForPs(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    std::vector<std::string> missing;
+    const std::vector<Sender> ps = coordinator_->PsTasks();
+    for (size_t t = 0; t < ps.size(); ++t) {
+      if (ps[t].incarnation() == 0) missing.push_back(TaskName("ps", t));
+    }
+    if (missing.empty()) return absl::OkStatus();
+    if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rollback: ", absl::StrJoin(missing, ", "), " did not register within ",
+                       absl::FormatDuration(timeout), " (--task_timeout)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+absl::StatusOr<LoadedCheckpoint*> Job::LatestCheckpoint() {
+  if (!config_.checkpoint_dir.empty()) {
+    absl::StatusOr<LoadedCheckpoint> ckpt = LoadCheckpoint(config_.checkpoint_dir);
+    if (ckpt.ok()) {
+      latest_ = std::make_unique<LoadedCheckpoint>(*std::move(ckpt));
+      return latest_.get();
+    }
+    if (!absl::IsNotFound(ckpt.status())) return ckpt.status();
+  }
+  return restore_;  // where the job started: a checkpoint, or null for the initial values
+}
+
+absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* alive) {
+  spdlog::warn("rollback: {}; the job goes on from its latest checkpoint", reason);
+  if (absl::Status s = WaitForPs(config_.task_timeout); !s.ok()) return s;
+  absl::StatusOr<LoadedCheckpoint*> ckpt = LatestCheckpoint();
+  if (!ckpt.ok()) return ckpt.status();
+  if (absl::Status s = BeginGeneration(*ckpt); !s.ok()) return s;
+  if (absl::Status s = ResetPs(); !s.ok()) return s;
+  if (absl::Status s = ConfigurePs(); !s.ok()) return s;
+  if (absl::Status s = CreateModel(*ckpt); !s.ok()) return s;
+  if (checkpoints_ != nullptr && *ckpt != nullptr) {
+    checkpoints_->SetRestoredStep((*ckpt)->global_step);
+  }
+  int64_t bad_lines = 0;  // counted at the first start already
+  if (absl::Status s = StartWorkers(&bad_lines); !s.ok()) return s;
+  std::fill(alive->begin(), alive->end(), absl::Now());
+  spdlog::info("generation {} started from {}", generation_,
+               *ckpt != nullptr ? (*ckpt)->path : std::string("the initial values"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Job::CheckApplied() {
+  std::vector<AppliedTasksResponse> applied(ps_.size());
+  AppliedTasksRequest req;
+  *req.mutable_sender() = Chief();
+  for (size_t t = 0; t < ps_.size(); ++t) {
+    absl::Status s = CallWithRetry(
+        config_.rpc_timeout, "AppliedTasks", TaskName("ps", t),
+        [&](grpc::ClientContext* ctx) { return ps_[t]->AppliedTasks(ctx, req, &applied[t]); });
+    if (!s.ok()) return s;
+  }
+  return CheckWatermarks(applied, Shape(), config_.batch_size, placer_->NumShards(),
+                         static_cast<int64_t>(model_job_->model().tables().size()));
+}
+
+void Job::LedgerTotals(JobResult* result) {
+  const nlohmann::json l = coordinator_->LedgerJson();
+  result->task_queue = true;
+  result->tasks = l["tasks"].get<int64_t>();
+  result->tasks_applied = l["applied"].get<int64_t>();
+  result->tasks_redone = l["redone"].get<int64_t>();
+  result->workers_declared_dead = l["workers_declared_dead"].get<int64_t>();
+  const Coordinator::Failures f = coordinator_->failures();
+  result->workers_replaced = f.workers_replaced;
+  result->rollbacks = f.rollbacks;
+  result->chief_restarts = f.chief_restarts;
+  result->ledger_check = coordinator_->LedgerCheck();
+  if (!result->ledger_check.empty()) return;
+  absl::StatusOr<std::string> applied = CheckApplied();
+  result->ledger_check = applied.ok() ? *applied
+                                      : absl::StrCat("the task watermarks could not be read: ",
+                                                     applied.status().message());
+}
+
+}  // namespace pstrain

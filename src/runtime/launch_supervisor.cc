@@ -1,0 +1,193 @@
+#include "runtime/launch_supervisor.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "runtime/launch_logs.h"
+
+namespace pstrain {
+namespace {
+
+// The lines of a failed task's log that its error shows.
+constexpr int kTailLines = 10;
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
+}  // namespace
+
+std::string HowItEnded(const Child& c) {
+  if (WIFEXITED(c.status)) return absl::StrCat("exited with status ", WEXITSTATUS(c.status));
+  if (WIFSIGNALED(c.status)) return absl::StrCat("killed by ", SignalName(WTERMSIG(c.status)));
+  return "stopped";
+}
+
+std::string Describe(const Child& c) {
+  if (WIFSIGNALED(c.status)) {
+    const int sig = WTERMSIG(c.status);
+    return absl::StrCat(c.name, " was killed by signal ", sig, " (", SignalName(sig), ")");
+  }
+  return absl::StrCat(c.name, " ", HowItEnded(c));
+}
+
+bool Failed(const Child& c) { return c.exited && c.status != 0; }
+
+std::string Times(int n) { return n == 1 ? "once" : absl::StrCat(n, " times"); }
+
+void Supervisor::Reap() {
+  int status = 0;
+  for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+    for (size_t i = 0; i < children_.size(); ++i) {
+      if (children_[i].pid != pid || children_[i].exited) continue;
+      children_[i].exited = true;
+      children_[i].status = status;
+      exit_order_.push_back(i);
+    }
+  }
+}
+
+bool Supervisor::Ended(const Child& c) { return c.exited && (!c.command || kill(-c.pid, 0) != 0); }
+
+void Supervisor::StopAll(absl::Duration grace) {
+  Disable();
+  auto wait_all = [this](absl::Duration d, bool leaders_only) {
+    const absl::Time end = absl::Now() + d;
+    while (true) {
+      Reap();
+      bool all = true;
+      for (const Child& c : children_) all = all && (leaders_only ? c.exited : Ended(c));
+      if (all) return true;
+      if (absl::Now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  auto signal_all = [this](int sig) {
+    for (Child& c : children_) {
+      if (Ended(c)) continue;
+      kill(-c.pid, sig);
+      c.stopped = c.stopped || !c.exited;
+    }
+  };
+  wait_all(grace, true);
+  if (wait_all(absl::ZeroDuration(), false)) return;
+  signal_all(SIGTERM);
+  if (wait_all(absl::Seconds(2), false)) return;
+  signal_all(SIGKILL);
+  wait_all(absl::Seconds(5), false);
+}
+
+Supervisor::Verdict Supervisor::OnDeath(size_t i) {
+  const Child& c = children_[i];
+  // A worker command is the user's program: whether it can rejoin is its own affair. A chief that
+  // exited by itself with an error has ended the job and said why.
+  if (!policy_.enabled || c.command || (i == 0 && WIFEXITED(c.status))) return Verdict::kOff;
+  if (!policy_.recovery) return Verdict::kNoRecovery;
+  if (c.restarts >= policy_.max_restarts) return Verdict::kExhausted;
+  if (!Pending(i)) pending_.push_back({i, absl::Now() + kBackoff});
+  return Verdict::kRestart;
+}
+
+std::vector<size_t> Supervisor::Due() {
+  std::vector<size_t> due;
+  const absl::Time now = absl::Now();
+  for (auto p = pending_.begin(); p != pending_.end();) {
+    if (p->due <= now) {
+      due.push_back(p->child);
+      p = pending_.erase(p);
+    } else {
+      ++p;
+    }
+  }
+  return due;
+}
+
+bool Supervisor::Pending(size_t i) const {
+  return std::any_of(pending_.begin(), pending_.end(),
+                     [i](const PendingRestart& p) { return p.child == i; });
+}
+
+void Supervisor::Disable() {
+  policy_.enabled = false;
+  pending_.clear();
+}
+
+void Supervisor::CountRestart(size_t i) {
+  ++children_[i].restarts;
+  ++total_restarts_;
+}
+
+std::string Supervisor::RestartSummary() const {
+  std::vector<std::string> parts;
+  for (const Child& c : children_) {
+    if (c.restarts == 0) continue;
+    parts.push_back(absl::StrCat(c.name, " ", Times(c.restarts)));
+  }
+  return absl::StrCat(total_restarts_, total_restarts_ == 1 ? " restart" : " restarts",
+                      parts.empty() ? "" : " (", absl::StrJoin(parts, ", "),
+                      parts.empty() ? "" : ")");
+}
+
+void LaunchError(const std::string& message) {
+  std::fprintf(stderr, "pstrain launch: error: %s\n", message.c_str());
+}
+
+void ReportFailure(const Child& c, const std::string& more) {
+  std::string message = Describe(c);
+  if (!c.log.empty()) absl::StrAppend(&message, " (log: ", c.log, ")");
+  LaunchError(message + more);
+  if (!c.log.empty()) {
+    const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+    if (!tail.empty())
+      std::fprintf(stderr, "pstrain launch: the end of %s's log:\n", c.name.c_str());
+    for (const std::string& line : tail) std::fprintf(stderr, "    %s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ShowCommandResults(const std::vector<Child>& children) {
+  for (const Child& c : children) {
+    if (!c.command || c.log.empty()) continue;
+    const std::vector<std::string> tail = LastLines(c.log, kTailLines);
+    for (auto line = tail.rbegin(); line != tail.rend(); ++line) {
+      if (line->size() < 2 || line->front() != '{' || line->back() != '}') continue;
+      std::fprintf(stderr, "pstrain launch: %s result: %s\n", c.name.c_str(), line->c_str());
+      break;
+    }
+  }
+  std::fflush(stderr);
+}
+
+int ExitCodeOf(const Child& c) {
+  if (!c.command) return 1;
+  return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
+}
+
+std::vector<std::string> RestartedChiefFlags(const std::vector<std::string>& flags,
+                                             const std::string& checkpoint_dir) {
+  const std::vector<std::string> drop = {"--checkpoint_dir", "--restore_from", "--resume",
+                                         "--restarted"};
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string name = flags[i].substr(0, flags[i].find('='));
+    if (std::find(drop.begin(), drop.end(), name) == drop.end()) {
+      kept.push_back(flags[i]);
+    } else if (name == flags[i] && name != "--restarted") {
+      ++i;  // "--flag value": its value too
+    }
+  }
+  kept.insert(kept.end(), {"--restarted", "--resume", checkpoint_dir});
+  return kept;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,103 @@
+#include "worker/stepper.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+
+Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options)
+    : spec_(spec),
+      data_(data),
+      options_(options),
+      sync_(spec.mode() == "sync"),
+      ssp_(spec.mode() == "ssp"),
+      steps_per_epoch_((data.size() + spec.batch_size() - 1) / spec.batch_size()),
+      model_(*Model::Create(ModelConfigOf(spec.model()))) {
+  const int num_ps = static_cast<int>(options.ps_addresses.size());
+  absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, *model_, num_ps);
+  absl::StatusOr<std::vector<TableRef>> tables = TablesOf(spec, *model_);
+  params_ = std::make_unique<ModelParameters>(options.ps_addresses, *std::move(vars),
+                                              *std::move(tables), options.sender,
+                                              absl::Seconds(spec.rpc_timeout_s()), options.cancel);
+  *report_.mutable_sender() = options.sender;
+  batch_.dense_dim = data.dense_dim;
+}
+
+Stepper::~Stepper() = default;
+
+bool Stepper::Send() {
+  report_.set_loss(loss_count_ > 0 ? loss_sum_ / loss_count_ : report_.loss());
+  loss_sum_ = 0;
+  loss_count_ = 0;
+  return options_.report(report_);
+}
+
+void Stepper::Fail(const absl::Status& s) {
+  if (stopped()) return;  // stopped from outside: the chief knows
+  if (OtherGeneration(s)) {
+    spdlog::info("the run of generation {} ends: {}", options_.sender.generation(),
+                 std::string(s.message()));
+    return;
+  }
+  report_.set_error(std::string(s.message()));
+  Send();
+}
+
+void Stepper::Finish() {
+  if (absl::Status s = params_->Leave(); !s.ok()) return Fail(s);
+  report_.set_done(true);
+  Send();
+}
+
+Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int epoch,
+                               const PushTag* tag) {
+  if (stopped()) return Outcome::kStop;
+  const int64_t rows = std::min<int64_t>(spec_.batch_size(), order.size() - at);
+  batch_.Clear();
+  for (int64_t r = 0; r < rows; ++r) batch_.AppendRow(data_, order[at + r]);
+  const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(batch_);
+  absl::Status s =
+      params_->Read(keys, sync_ ? next_step_ : 0, ssp_ ? report_.steps() : 0, sync_, &inputs_);
+  if (!s.ok()) {
+    Fail(s);
+    return Outcome::kStop;
+  }
+  const uint64_t step = params_->step();
+  const bool queue = spec_.task_queue();
+  if (sync_ && !queue && static_cast<int64_t>(step) >= spec_.total_steps()) {
+    return Outcome::kReachedTotal;
+  }
+  report_.set_epoch(sync_ && !queue ? static_cast<int>(step / steps_per_epoch_) : epoch);
+  if (spec_.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
+    std::this_thread::sleep_for(std::chrono::milliseconds(spec_.step_delay_ms()));
+  }
+  loss_sum_ += model_->ForwardBackward(inputs_, batch_, &grads_);
+  ++loss_count_;
+  if (std::string bad = NonFinite(grads_, model_->params(), model_->tables(), keys); !bad.empty()) {
+    if (spec_.stop_on_nonfinite()) {
+      Fail(absl::InvalidArgumentError(absl::StrCat("step ", report_.steps(), ": ", bad)));
+      return Outcome::kStop;
+    }
+    report_.set_nonfinite_skipped(report_.nonfinite_skipped() + 1);
+  } else {
+    int dropped = 0;
+    s = params_->Write(keys, grads_, sync_, &dropped, tag);
+    if (!s.ok()) {
+      Fail(s);
+      return Outcome::kStop;
+    }
+    if (dropped > 0) report_.set_stale_dropped(report_.stale_dropped() + 1);
+  }
+  next_step_ = step + 1;
+  report_.set_steps(report_.steps() + 1);
+  report_.set_examples(report_.examples() + rows);
+  if (report_.steps() % spec_.report_every() == 0 && !Send()) return Outcome::kStop;
+  return Outcome::kNext;
+}
+
+}  // namespace pstrain

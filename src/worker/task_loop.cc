@@ -1,0 +1,95 @@
+#include "worker/task_loop.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace pstrain {
+namespace {
+
+// SplitMix64's finalizer: spreads the bits of `x`.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Sleeps `d`, waking early once `stopper` is stopped.
+void SleepUnlessStopped(absl::Duration d, const Stepper& stepper) {
+  for (const absl::Time end = absl::Now() + d; !stepper.stopped() && absl::Now() < end;) {
+    absl::SleepFor(std::min(absl::Milliseconds(20), end - absl::Now()));
+  }
+}
+
+}  // namespace
+
+bool OtherGeneration(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "generation");
+}
+
+uint64_t JobSeedOf(const TrainingSpec& spec, int task) {
+  return spec.seed() - static_cast<uint64_t>(task);
+}
+
+std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed) {
+  std::vector<int64_t> order(std::max<int64_t>(0, t.end() - t.begin()));
+  std::iota(order.begin(), order.end(), t.begin());
+  std::mt19937_64 rng(
+      Mix(Mix(Mix(job_seed) ^ static_cast<uint64_t>(t.epoch())) ^ static_cast<uint64_t>(t.task())));
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+void TrainOnTasks(const TrainingSpec& spec, int64_t rows, const TrainerOptions& options,
+                  Stepper* stepper) {
+  // Sync and ssp: a worker with no task must not hold back the others' steps or clocks.
+  const bool pause_when_waiting = spec.mode() == "sync" || spec.mode() == "ssp";
+  bool paused = false;
+  while (!stepper->stopped()) {
+    absl::StatusOr<NextTaskResponse> next = options.next_task();
+    if (!next.ok()) return stepper->Fail(next.status());
+    if (next->kind() == NextTaskResponse::FINISHED) return stepper->Finish();
+    if (next->kind() != NextTaskResponse::TASK) {  // WAIT: every task is handed out
+      if (pause_when_waiting && !paused) {
+        if (absl::Status s = stepper->params().Leave(/*pause=*/true); !s.ok()) {
+          return stepper->Fail(s);
+        }
+        paused = true;
+      }
+      SleepUnlessStopped(absl::Seconds(std::clamp(next->retry_after_s(), 0.01, 1.0)), *stepper);
+      continue;
+    }
+    paused = false;  // the next push rejoins
+    const TaskAssignment& t = next->task();
+    if (t.begin() < 0 || t.end() <= t.begin() || t.end() > rows) {
+      return stepper->Fail(absl::InvalidArgumentError(
+          absl::StrCat("the chief handed out rows [", t.begin(), ", ", t.end(), ") of task ",
+                       t.task(), "; the data has ", rows)));
+    }
+    const std::vector<int64_t> order = TaskOrder(t, options.job_seed);
+    const int64_t steps_before = stepper->steps();
+    PushTag tag;
+    tag.set_epoch(t.epoch());
+    tag.set_task(t.task());
+    for (size_t at = 0; at < order.size(); at += spec.batch_size()) {
+      tag.set_batch(static_cast<int64_t>(at / spec.batch_size()));
+      if (stepper->Step(order, at, t.epoch(), &tag) != Stepper::Outcome::kNext) return;
+    }
+    TaskDoneRequest done;
+    *done.mutable_sender() = stepper->sender();
+    done.set_epoch(t.epoch());
+    done.set_task(t.task());
+    done.set_steps(stepper->steps() - steps_before);
+    done.set_examples(static_cast<int64_t>(order.size()));
+    if (absl::Status s = options.task_done(done); !s.ok()) return stepper->Fail(s);
+  }
+}
+
+}  // namespace pstrain

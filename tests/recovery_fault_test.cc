@@ -1,0 +1,134 @@
+// Recovery in a whole cluster of real processes (2 PS, 2 workers, MNIST, async and sync;
+// docs/recovery.md): the test SIGKILLs a PS and starts it again on the same address, and the
+// chief rolls the job back to its latest checkpoint; or it SIGKILLs the chief and starts it
+// again with --resume and --restarted, and the new chief resumes from the checkpoint. Either
+// way the job finishes, every task of every epoch applied exactly once by the ledger and by
+// every shard's watermarks, one failure survived. CTest label: fault.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace pstrain::testing;
+
+class RecoveryFaultTest : public ProcessTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    ProcessTest::SetUp();
+    RequireMnist();
+    ckpt_ = dir_ + "/ckpt";
+    const std::vector<int> ports = FreePorts(5);
+    auto addr = [&](int i) { return "\"127.0.0.1:" + std::to_string(ports[i]) + "\""; };
+    cluster_ = dir_ + "/cluster.json";
+    std::ofstream(cluster_) << "{\"cluster\": {\"chief\": [" << addr(0) << "], \"ps\": [" << addr(1)
+                            << ", " << addr(2) << "], \"worker\": [" << addr(3) << ", " << addr(4)
+                            << "]}}";
+  }
+  std::vector<std::string> Server(const std::string& job, int task,
+                                  std::vector<std::string> extra = {}) const {
+    std::vector<std::string> argv = {PSTRAIN_BINARY, "server", "--cluster", cluster_,
+                                     "--job",        job,      "--task",    std::to_string(task)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  // Three epochs of 20 tasks (3000 rows) in the mode under test, a checkpoint every second;
+  // worker 0 slowed, so the job outlasts the first checkpoint.
+  std::vector<std::string> ChiefFlags(std::vector<std::string> extra) const {
+    std::vector<std::string> argv = {"--data", MnistDir(), "--mode", GetParam()};
+    for (const char* flag :
+         {"--epochs=3", "--hidden=16", "--batch=100", "--task_rows=3000", "--heartbeat_secs=0.2",
+          "--heartbeat_timeout_secs=4", "--checkpoint_every_secs=1", "--slow_worker=0",
+          "--slow_worker_delay_ms=20"}) {
+      argv.push_back(flag);
+    }
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  // Waits up to 60 s for a checkpoint under ckpt_ (a ckpt-* directory with its manifest).
+  bool WaitForCheckpoint() const {
+    for (int i = 0; i < 600; ++i) {
+      if (std::filesystem::exists(ckpt_)) {
+        for (const auto& e : std::filesystem::directory_iterator(ckpt_)) {
+          if (std::filesystem::exists(e.path() / "manifest.json")) return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // The chief's JSON once every process ended well.
+  nlohmann::json Finish(const Proc& chief, const std::vector<Proc>& others) {
+    const Result c = Wait(chief, 150);
+    EXPECT_EQ(c.exit_code, 0) << c.err;
+    for (const Proc& p : others) {
+      const Result r = Wait(p, 30);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+    }
+    const std::string line = LastJsonLine(c.out);
+    EXPECT_FALSE(line.empty()) << c.err;
+    return line.empty() ? nlohmann::json::object() : nlohmann::json::parse(line);
+  }
+  static void ExpectRecovered(const nlohmann::json& j) {
+    EXPECT_EQ(j["tasks"], 60) << j.dump();
+    EXPECT_EQ(j["tasks_applied"], 60) << j.dump();
+    EXPECT_EQ(j["tasks_applied_once"], true) << j.dump();
+    EXPECT_FALSE(j.contains("ledger_problem")) << j.dump();
+    EXPECT_EQ(j["failures_survived"], 1) << j.dump();
+    EXPECT_GT(j["test_accuracy"].get<double>(), 0.8) << j.dump();
+  }
+
+  std::string cluster_, ckpt_;
+};
+
+TEST_P(RecoveryFaultTest, APsKilledAndRestartedRollsTheJobBackToItsCheckpoint) {
+  Proc chief = StartTagged(Server("chief", 0, ChiefFlags({"--checkpoint_dir", ckpt_})));
+  Proc ps0 = StartTagged(Server("ps", 0));
+  Proc ps1 = StartTagged(Server("ps", 1));
+  Proc w0 = StartTagged(Server("worker", 0));
+  Proc w1 = StartTagged(Server("worker", 1));
+  ASSERT_TRUE(WaitForCheckpoint()) << ReadFile(chief.err_path);
+  kill(ps1.pid, SIGKILL);
+  EXPECT_EQ(Wait(ps1, 10).exit_code, 128 + SIGKILL);
+  Proc ps1b = StartTagged(Server("ps", 1));
+  const nlohmann::json j = Finish(chief, {ps0, ps1b, w0, w1});
+  ExpectRecovered(j);
+  EXPECT_EQ(j["rollbacks"], 1) << j.dump();
+  EXPECT_EQ(j["chief_restarts"], 0) << j.dump();
+  EXPECT_THAT(ReadFile(chief.err_path), HasSubstr("rollback: ps:1"));
+}
+
+TEST_P(RecoveryFaultTest, AChiefKilledAndRestartedResumesFromItsCheckpoint) {
+  const std::vector<std::string> flags = ChiefFlags({"--resume", ckpt_});
+  Proc chief = StartTagged(Server("chief", 0, flags));
+  Proc ps0 = StartTagged(Server("ps", 0));
+  Proc ps1 = StartTagged(Server("ps", 1));
+  Proc w0 = StartTagged(Server("worker", 0));
+  Proc w1 = StartTagged(Server("worker", 1));
+  ASSERT_TRUE(WaitForCheckpoint()) << ReadFile(chief.err_path);
+  kill(chief.pid, SIGKILL);
+  EXPECT_EQ(Wait(chief, 10).exit_code, 128 + SIGKILL);
+  std::vector<std::string> again = flags;
+  again.push_back("--restarted");
+  Proc chief2 = StartTagged(Server("chief", 0, again));
+  const nlohmann::json j = Finish(chief2, {ps0, ps1, w0, w1});
+  ExpectRecovered(j);
+  EXPECT_EQ(j["chief_restarts"], 1) << j.dump();
+  EXPECT_EQ(j["rollbacks"], 0) << j.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, RecoveryFaultTest, ::testing::Values("async", "sync"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,149 @@
+// Workers on the chief's task queue in a whole job of real servers on 127.0.0.1 (2 PS, 2
+// workers; tests/worker_cluster.h): every push carries the tag of its task's batch, each batch
+// is pushed once, the ledger applies every task once in async, sync and ssp modes, and a
+// StartTraining of a new generation stops the run in progress and starts the next.
+#include <algorithm>
+#include <numeric>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/trainer.h"
+#include "worker_cluster.h"
+
+namespace pstrain {
+namespace {
+
+using worker_cluster::Cluster;
+using worker_cluster::JobShape;
+using worker_cluster::PushSeen;
+
+class WorkerTaskQueueTest : public testing::ProcessTest {};
+
+TaskAssignment Task(int epoch, int64_t task, int64_t begin, int64_t end) {
+  TaskAssignment t;
+  t.set_epoch(epoch);
+  t.set_task(task);
+  t.set_begin(begin);
+  t.set_end(end);
+  return t;
+}
+
+// A task's batches depend on the job's seed, its epoch and index only: a redo by any worker
+// cuts the same ones.
+TEST(WorkerTaskOrderTest, DependsOnlyOnTheJobSeedTheEpochAndTheTask) {
+  const std::vector<int64_t> a = TaskOrder(Task(1, 3, 100, 140), 42);
+  EXPECT_EQ(a, TaskOrder(Task(1, 3, 100, 140), 42));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> rows(40);
+  std::iota(rows.begin(), rows.end(), 100);
+  EXPECT_EQ(sorted, rows);
+  EXPECT_NE(a, rows);                                 // shuffled
+  EXPECT_NE(a, TaskOrder(Task(0, 3, 100, 140), 42));  // another epoch
+  EXPECT_NE(a, TaskOrder(Task(1, 4, 100, 140), 42));  // another task
+  EXPECT_NE(a, TaskOrder(Task(1, 3, 100, 140), 43));  // another job
+  TrainingSpec spec;
+  spec.set_seed(7 * 1000003 + 1);  // as the chief seeds worker 1
+  EXPECT_EQ(JobSeedOf(spec, 1), 7u * 1000003);
+}
+
+// Runs the job in `shape.mode` to the end and checks the ledger and the tags on each PS.
+void RunToTheEnd(const std::string& dir, const JobShape& shape) {
+  Cluster c(dir, shape);
+  ASSERT_NO_FATAL_FAILURE(c.SetUpJob());
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(1));
+  ASSERT_EQ(c.WaitForDone(absl::Seconds(60)), "");
+  EXPECT_TRUE(c.coordinator().TasksFinished());
+  EXPECT_EQ(c.coordinator().LedgerCheck(), "");
+  for (int p = 0; p < Cluster::kPs; ++p) {
+    EXPECT_EQ(c.TagCounts(p), c.EveryBatch(1)) << "ps:" << p;
+    for (const PushSeen& s : c.log(p).pushes()) EXPECT_EQ(s.generation, 1u);
+    EXPECT_EQ(c.DuplicatesDropped(p), 0) << "ps:" << p;
+  }
+  c.ExpectEveryBatchAppliedOnce();
+}
+
+TEST_F(WorkerTaskQueueTest, AsyncPushesEveryBatchOfEveryTaskOnceWithItsTag) {
+  RunToTheEnd(dir_, {.mode = "async"});
+}
+
+// Each batch is one step. 7 tasks of 3 batches: one worker takes 4, the other is told WAIT for
+// the last task and leaves the step barrier, so the last steps complete with one gradient each
+// (else they would wait for it until the PS's wait timeout).
+TEST_F(WorkerTaskQueueTest, SyncModeRunsTheQueueToTheEnd) {
+  RunToTheEnd(dir_, {.mode = "sync", .rows = 210, .task_rows = 30, .epochs = 1});
+}
+
+TEST_F(WorkerTaskQueueTest, SspModeRunsTheQueueToTheEnd) {
+  RunToTheEnd(dir_, {.mode = "ssp", .staleness = 1});
+}
+
+// A second StartTraining of a new generation stops the first run (no push of it after the
+// second run's first) and the second run finishes the job; the same generation again is a retry.
+TEST_F(WorkerTaskQueueTest, ANewGenerationStopsTheRunInProgressAndStartsTheNext) {
+  Cluster c(dir_, {.mode = "async", .step_delay_ms = 30});
+  ASSERT_NO_FATAL_FAILURE(c.SetUpJob());
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(1));
+  for (int i = 0; i < 200 && c.log(0).pushes().size() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(c.log(0).pushes().size(), 6u);
+  ASSERT_TRUE(c.Start(0, 1).ok());  // a retry: nothing changes
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(2));
+  ASSERT_EQ(c.WaitForDone(absl::Seconds(60)), "");
+  EXPECT_EQ(c.coordinator().LedgerCheck(), "");
+  for (int p = 0; p < Cluster::kPs; ++p) {
+    const std::vector<PushSeen> pushes = c.log(p).pushes();
+    const auto second = std::find_if(pushes.begin(), pushes.end(),
+                                     [](const PushSeen& s) { return s.generation == 2; });
+    ASSERT_NE(second, pushes.end()) << "ps:" << p << " saw no push of generation 2";
+    EXPECT_TRUE(
+        std::all_of(second, pushes.end(), [](const PushSeen& s) { return s.generation == 2; }))
+        << "ps:" << p << ": a push of generation 1 after the second run started";
+    // Every batch arrived, those of the task the first run held twice at most (redone from its
+    // start): the second copies were dropped as duplicates.
+    const auto counts = c.TagCounts(p);
+    EXPECT_EQ(counts.size(), c.EveryBatch(1).size()) << "ps:" << p;
+    int64_t again = 0;
+    for (const auto& [batch, n] : counts) {
+      EXPECT_LE(n, 2) << "ps:" << p;
+      again += n - 1;
+    }
+    EXPECT_EQ(c.DuplicatesDropped(p), again) << "ps:" << p;
+  }
+  c.ExpectEveryBatchAppliedOnce();
+}
+
+// A rollback: the PS are Reset and configured for generation 2 while the workers run generation
+// 1. The PS refuse their calls; each run ends quietly (no error reaches the chief) and the
+// workers wait for the chief, whose StartTraining of generation 2 finishes the job.
+TEST_F(WorkerTaskQueueTest, ARunRefusedForItsGenerationEndsQuietly) {
+  Cluster c(dir_, {.mode = "async", .step_delay_ms = 20});
+  ASSERT_NO_FATAL_FAILURE(c.SetUpJob(/*generation=*/1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(1));
+  for (int i = 0; i < 200 && c.log(0).pushes().size() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NO_FATAL_FAILURE(c.ResetPs(2));
+  const size_t before = c.log(0).pushes().size();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (const std::vector<WorkerProgress> progress =
+           c.coordinator().WaitForReport(absl::ZeroDuration());
+       const WorkerProgress& w : progress) {
+    EXPECT_EQ(w.error, "");
+    EXPECT_FALSE(w.done);
+  }
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(2));
+  ASSERT_EQ(c.WaitForDone(absl::Seconds(60)), "");
+  EXPECT_EQ(c.coordinator().LedgerCheck(), "");
+  for (int p = 0; p < Cluster::kPs; ++p) {
+    const std::vector<PushSeen> pushes = c.log(p).pushes();
+    for (size_t i = p == 0 ? before : pushes.size(); i < pushes.size(); ++i) {
+      EXPECT_EQ(pushes[i].generation, 2u) << "a push of generation 1 applied after the reset";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pstrain
