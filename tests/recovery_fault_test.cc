@@ -42,31 +42,16 @@ class RecoveryFaultTest : public ProcessTest, public ::testing::WithParamInterfa
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
-  // One epoch of 20 tasks (3000 rows) in the mode under test, a checkpoint every second;
+  // Three epochs of 20 tasks (3000 rows) in the mode under test, a checkpoint every second;
   // worker 0 slowed, so the job outlasts the first checkpoint.
   std::vector<std::string> ChiefFlags(std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {"--data",
-                                     MnistDir(),
-                                     "--mode",
-                                     GetParam(),
-                                     "--epochs",
-                                     "1",
-                                     "--hidden",
-                                     "16",
-                                     "--batch",
-                                     "100",
-                                     "--task_rows",
-                                     "3000",
-                                     "--heartbeat_secs",
-                                     "0.2",
-                                     "--heartbeat_timeout_secs",
-                                     "4",
-                                     "--checkpoint_every_secs",
-                                     "1",
-                                     "--slow_worker",
-                                     "0",
-                                     "--slow_worker_delay_ms",
-                                     "20"};
+    std::vector<std::string> argv = {"--data", MnistDir(), "--mode", GetParam()};
+    for (const char* flag :
+         {"--epochs=3", "--hidden=16", "--batch=100", "--task_rows=3000", "--heartbeat_secs=0.2",
+          "--heartbeat_timeout_secs=4", "--checkpoint_every_secs=1", "--slow_worker=0",
+          "--slow_worker_delay_ms=20"}) {
+      argv.push_back(flag);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -95,8 +80,8 @@ class RecoveryFaultTest : public ProcessTest, public ::testing::WithParamInterfa
     return line.empty() ? nlohmann::json::object() : nlohmann::json::parse(line);
   }
   static void ExpectRecovered(const nlohmann::json& j) {
-    EXPECT_EQ(j["tasks"], 20) << j.dump();
-    EXPECT_EQ(j["tasks_applied"], 20) << j.dump();
+    EXPECT_EQ(j["tasks"], 60) << j.dump();
+    EXPECT_EQ(j["tasks_applied"], 60) << j.dump();
     EXPECT_EQ(j["tasks_applied_once"], true) << j.dump();
     EXPECT_FALSE(j.contains("ledger_problem")) << j.dump();
     EXPECT_EQ(j["failures_survived"], 1) << j.dump();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -61,6 +62,8 @@ class PushLog {
 class LoggingPsService final : public ParameterServerService::CallbackService {
  public:
   LoggingPsService(ParameterServer* ps, PushLog* log) : ps_(ps), log_(log) {}
+  // Pushes are answered this much later than they are applied.
+  void set_answer_delay(absl::Duration d) { answer_delay_ms_ = absl::ToInt64Milliseconds(d); }
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const PullRequest* req,
                                  PullResponse* resp) override {
     grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
@@ -71,6 +74,8 @@ class LoggingPsService final : public ParameterServerService::CallbackService {
                                  PushResponse* resp) override {
     const absl::Status s = ps_->Push(*req, resp);
     if (s.ok()) log_->Add(*req);
+    // A slow answer: a push applied whose answer is still on its way.
+    if (const int ms = answer_delay_ms_.load(); ms > 0) absl::SleepFor(absl::Milliseconds(ms));
     return Done(ctx, s);
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const LeaveRequest* req,
@@ -86,6 +91,7 @@ class LoggingPsService final : public ParameterServerService::CallbackService {
   }
   ParameterServer* const ps_;
   PushLog* const log_;
+  std::atomic<int64_t> answer_delay_ms_{0};
 };
 
 struct JobShape {
@@ -144,16 +150,19 @@ class Cluster {
     ASSERT_TRUE(s.ok()) << s.status();
     ps_servers_[p] = *std::move(s);
   }
-  // Stops serving PS `p`, letting the calls in flight finish; the PS keeps its state.
-  void StopPs(int p) {
+  // Stops serving PS `p`; the calls still in flight after `grace` are cancelled, as a process
+  // that dies drops its connections. The PS keeps its state.
+  void StopPs(int p, absl::Duration grace = absl::Seconds(5)) {
     if (ps_servers_[p] == nullptr) return;
-    ps_servers_[p]->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    ps_servers_[p]->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     ps_servers_[p].reset();
   }
+  LoggingPsService& ps_service(int p) { return *ps_services_[p]; }
 
   // Registers every task, configures the PS, creates the model's variables and turns the task
-  // queue on: what the chief's job loop does before it starts the workers.
-  void SetUpJob() {
+  // queue on: what the chief's job loop does before it starts the workers. The PS check the
+  // workers' `generation` (0: they do not).
+  void SetUpJob(uint64_t generation = 0) {
     WriteData();
     model_ = *Model::Create(Config());
     for (int p = 0; p < kPs; ++p) Register("ps", p, ps_addresses_[p]);
@@ -167,6 +176,27 @@ class Cluster {
                                   absl::Milliseconds(200), absl::Seconds(30))
                     .ok());
     coordinator_->SetReady();
+    ASSERT_NO_FATAL_FAILURE(SetUpPs(generation));
+    spec_.set_data("csv:" + DataPath());
+    spec_.set_train_records(shape_.rows);
+    spec_.mutable_model()->set_kind("mlp");
+    spec_.mutable_model()->set_dense_features(kFeatures);
+    spec_.mutable_model()->set_num_classes(2);
+    spec_.mutable_model()->add_hidden(8);
+    spec_.set_num_shards(1);
+    spec_.set_batch_size(shape_.batch);
+    spec_.set_epochs(shape_.epochs);
+    spec_.set_report_every(5);
+    spec_.set_rpc_timeout_s(30);
+    spec_.set_mode(shape_.mode);
+    spec_.set_task_queue(true);
+    spec_.set_heartbeat_interval_s(0.2);
+    spec_.set_step_delay_ms(shape_.step_delay_ms);
+  }
+
+  // Configures every PS for `generation` (0: unchecked) and creates the model's variables from
+  // their initial values.
+  void SetUpPs(uint64_t generation) {
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (int p = 0; p < kPs; ++p) {
@@ -176,7 +206,8 @@ class Cluster {
       c.mutable_consistency()->set_num_workers(kWorkers);
       c.mutable_consistency()->set_staleness(shape_.staleness);
       if (shape_.mode == "sync") c.mutable_consistency()->set_replicas_to_aggregate(kWorkers);
-      c.set_wait_timeout_s(30);
+      c.set_wait_timeout_s(10);
+      c.set_generation(generation);
       for (const Sender& s : coordinator_->Workers()) *c.add_workers() = s;
       ConfigureResponse cr;
       ps_[p]->ExpectChief(MakeSender("chief", 0).incarnation());
@@ -197,6 +228,7 @@ class Cluster {
       CreateVariablesResponse resp;
       const absl::Status s = ps_[p]->CreateVariables(req, &resp);
       ASSERT_TRUE(s.ok()) << s;
+      if (spec_.placement_size() > static_cast<int>(i)) continue;
       Placement* pl = spec_.add_placement();
       pl->set_variable(param.name);
       Shard* shard = pl->add_shards();
@@ -204,21 +236,50 @@ class Cluster {
       shard->set_ps_task(p);
       shard->set_row_end(param.shape.empty() ? 1 : param.shape[0]);
     }
-    spec_.set_data("csv:" + DataPath());
-    spec_.set_train_records(shape_.rows);
-    spec_.mutable_model()->set_kind("mlp");
-    spec_.mutable_model()->set_dense_features(kFeatures);
-    spec_.mutable_model()->set_num_classes(2);
-    spec_.mutable_model()->add_hidden(8);
-    spec_.set_num_shards(1);
-    spec_.set_batch_size(shape_.batch);
-    spec_.set_epochs(shape_.epochs);
-    spec_.set_report_every(5);
-    spec_.set_rpc_timeout_s(30);
-    spec_.set_mode(shape_.mode);
-    spec_.set_task_queue(true);
-    spec_.set_heartbeat_interval_s(0.2);
-    spec_.set_step_delay_ms(shape_.step_delay_ms);
+  }
+
+  // A rollback without a checkpoint, as the chief does it: every PS Reset (holding nothing, as
+  // a restarted PS), `gap` later configured for `generation` with the variables created again.
+  void ResetPs(uint64_t generation, absl::Duration gap = absl::ZeroDuration()) {
+    for (int p = 0; p < kPs; ++p) {
+      ResetRequest req;
+      *req.mutable_sender() = MakeSender("chief", 0);
+      ResetResponse resp;
+      ASSERT_TRUE(ps_[p]->Reset(req, &resp).ok());
+    }
+    absl::SleepFor(gap);
+    SetUpPs(generation);
+  }
+
+  // Per PS, the tagged pushes it dropped as duplicates.
+  int64_t DuplicatesDropped(int p) {
+    StatsRequest req;
+    *req.mutable_sender() = MakeSender("chief", 0);
+    StatsResponse resp;
+    EXPECT_TRUE(ps_[p]->Stats(req, &resp).ok());
+    return resp.duplicates_dropped();
+  }
+
+  // Every shard of every PS applied every batch of every task exactly once: its watermark of
+  // each task is the task's number of batches.
+  void ExpectEveryBatchAppliedOnce() {
+    std::map<std::pair<int, int64_t>, int64_t> want;
+    for (const auto& [batch, n] : EveryBatch(1)) {
+      const auto& [e, t, b] = batch;
+      want[{e, t}] = std::max(want[{e, t}], b + 1);
+    }
+    for (int p = 0; p < kPs; ++p) {
+      AppliedTasksRequest req;
+      *req.mutable_sender() = MakeSender("chief", 0);
+      AppliedTasksResponse resp;
+      ASSERT_TRUE(ps_[p]->AppliedTasks(req, &resp).ok());
+      EXPECT_GT(resp.shards_size(), 0);
+      for (const AppliedTasks& shard : resp.shards()) {
+        std::map<std::pair<int, int64_t>, int64_t> got;
+        for (const TaskWatermark& w : shard.tasks()) got[{w.epoch(), w.task()}] = w.next_batch();
+        EXPECT_EQ(got, want) << "ps:" << p << " shard " << shard.name();
+      }
+    }
   }
 
   // StartTraining of worker `w` for `generation`, as the chief sends it.

@@ -59,17 +59,20 @@ void RunToTheEnd(const std::string& dir, const JobShape& shape) {
   for (int p = 0; p < Cluster::kPs; ++p) {
     EXPECT_EQ(c.TagCounts(p), c.EveryBatch(1)) << "ps:" << p;
     for (const PushSeen& s : c.log(p).pushes()) EXPECT_EQ(s.generation, 1u);
+    EXPECT_EQ(c.DuplicatesDropped(p), 0) << "ps:" << p;
   }
+  c.ExpectEveryBatchAppliedOnce();
 }
 
 TEST_F(WorkerTaskQueueTest, AsyncPushesEveryBatchOfEveryTaskOnceWithItsTag) {
   RunToTheEnd(dir_, {.mode = "async"});
 }
 
-// Each batch is one step; a worker told WAIT at the end leaves the step barrier, so the last
-// steps complete with the other worker's gradients alone.
+// Each batch is one step. 7 tasks of 3 batches: one worker takes 4, the other is told WAIT for
+// the last task and leaves the step barrier, so the last steps complete with one gradient each
+// (else they would wait for it until the PS's wait timeout).
 TEST_F(WorkerTaskQueueTest, SyncModeRunsTheQueueToTheEnd) {
-  RunToTheEnd(dir_, {.mode = "sync", .task_rows = 30});
+  RunToTheEnd(dir_, {.mode = "sync", .rows = 210, .task_rows = 30, .epochs = 1});
 }
 
 TEST_F(WorkerTaskQueueTest, SspModeRunsTheQueueToTheEnd) {
@@ -98,10 +101,48 @@ TEST_F(WorkerTaskQueueTest, ANewGenerationStopsTheRunInProgressAndStartsTheNext)
     EXPECT_TRUE(
         std::all_of(second, pushes.end(), [](const PushSeen& s) { return s.generation == 2; }))
         << "ps:" << p << ": a push of generation 1 after the second run started";
-    // Every batch arrived, those of the tasks the first run held twice at most (redone).
+    // Every batch arrived, those of the task the first run held twice at most (redone from its
+    // start): the second copies were dropped as duplicates.
     const auto counts = c.TagCounts(p);
     EXPECT_EQ(counts.size(), c.EveryBatch(1).size()) << "ps:" << p;
-    for (const auto& [batch, n] : counts) EXPECT_LE(n, 2) << "ps:" << p;
+    int64_t again = 0;
+    for (const auto& [batch, n] : counts) {
+      EXPECT_LE(n, 2) << "ps:" << p;
+      again += n - 1;
+    }
+    EXPECT_EQ(c.DuplicatesDropped(p), again) << "ps:" << p;
+  }
+  c.ExpectEveryBatchAppliedOnce();
+}
+
+// A rollback: the PS are Reset (for a second they hold nothing, as restarted PS: the workers'
+// calls answered NotFound are retried) and configured for generation 2 while the workers run
+// generation 1. The PS refuse their calls; each run ends quietly (no error reaches the chief)
+// and the workers wait for the chief, whose StartTraining of generation 2 finishes the job.
+TEST_F(WorkerTaskQueueTest, ARunRefusedForItsGenerationEndsQuietly) {
+  Cluster c(dir_, {.mode = "async", .step_delay_ms = 20});
+  ASSERT_NO_FATAL_FAILURE(c.SetUpJob(/*generation=*/1));
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(1));
+  for (int i = 0; i < 200 && c.log(0).pushes().size() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NO_FATAL_FAILURE(c.ResetPs(2, absl::Seconds(1)));
+  const size_t before = c.log(0).pushes().size();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (const std::vector<WorkerProgress> progress =
+           c.coordinator().WaitForReport(absl::ZeroDuration());
+       const WorkerProgress& w : progress) {
+    EXPECT_EQ(w.error, "");
+    EXPECT_FALSE(w.done);
+  }
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(2));
+  ASSERT_EQ(c.WaitForDone(absl::Seconds(60)), "");
+  EXPECT_EQ(c.coordinator().LedgerCheck(), "");
+  for (int p = 0; p < Cluster::kPs; ++p) {
+    const std::vector<PushSeen> pushes = c.log(p).pushes();
+    for (size_t i = p == 0 ? before : pushes.size(); i < pushes.size(); ++i) {
+      EXPECT_EQ(pushes[i].generation, 2u) << "a push of generation 1 applied after the reset";
+    }
   }
 }
 

@@ -10,9 +10,12 @@
 // its methods). A map's lock is never held while another is taken, a request holds one variable's
 // or table's lock at a time, and chief_mu_ is a leaf. No lock is held across a wait: a pull or
 // lookup that waits is queued in Consistency and served, outside every lock, by the call that
-// made it ready. Whether a waiting lookup is ready is read from its tables' published versions
-// (atomics), so that check never waits for a table's lock; only the message of a lookup that
-// timed out takes Table::mu (for the step's contributors) under Consistency's lock.
+// made it ready. A shard's task watermarks are guarded by its variable's lock and a table's by
+// Table::mu, which a sparse push takes in sync mode and, when tagged, in every mode: a watermark
+// changes with the update it stands for, and a checkpoint's copy, which takes the same locks,
+// sees both or neither. Whether a waiting lookup is ready is read from its tables' published
+// versions (atomics), so that check never waits for a table's lock; only the message of a lookup
+// that timed out takes Table::mu (for the step's contributors) under Consistency's lock.
 
 #include <cstdint>
 #include <functional>

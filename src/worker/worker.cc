@@ -18,6 +18,7 @@
 #include "master.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker.grpc.pb.h"
+#include "worker/shard_cache.h"
 #include "worker/trainer.h"
 
 namespace pstrain {
@@ -200,22 +201,6 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     chief_incarnation_ = incarnation;
   }
 
-  // This worker's shard of the spec's data, read once and kept while later runs train on the
-  // same records.
-  absl::StatusOr<std::shared_ptr<const Examples>> Data(const TrainingSpec& spec) {
-    const std::string key =
-        absl::StrCat(spec.data(), "\n", spec.train_records(), "/", spec.shard_index(), "/",
-                     spec.num_shards(), "/", spec.skip_bad_lines());
-    absl::MutexLock lock(&data_mu_);
-    if (data_ != nullptr && data_key_ == key) return data_;
-    data_.reset();
-    absl::StatusOr<Examples> data = ReadShard(spec);
-    if (!data.ok()) return data.status();
-    data_ = std::make_shared<const Examples>(*std::move(data));
-    data_key_ = key;
-    return data_;
-  }
-
   // The run's thread: waits for the run it replaced to end, checks the spec, reads this
   // worker's shard of the data (or reuses it) and checks it, answers every StartTraining call
   // waiting for that, then trains.
@@ -228,7 +213,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     absl::Status s = ValidateSpec(spec, static_cast<int>(options_.ps_addresses.size()));
     std::shared_ptr<const Examples> data;
     if (s.ok()) {
-      absl::StatusOr<std::shared_ptr<const Examples>> d = Data(spec);
+      absl::StatusOr<std::shared_ptr<const Examples>> d = shards_.Get(spec);
       if (d.ok()) data = *std::move(d);
       s = d.status();
     }
@@ -310,28 +295,39 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   }
 
   // The chief's answer to NextTask, retried within `timeout` while it is unreachable.
+  // One attempt of a call of `run` to the chief, `call(ctx)`, named `what`; its context ends
+  // with the attempt or once the run is stopped.
+  template <typename Call>
+  absl::Status ChiefCall(Run* run, const char* what, absl::Duration attempt, Call call) {
+    if (run->stop) return absl::CancelledError("the run is stopped");
+    std::unique_ptr<grpc::ClientContext> ctx = ContextWithTimeout(attempt, /*wait_for_ready=*/true);
+    run->cancel.Add(ctx.get());
+    const grpc::Status s = call(ctx.get());
+    run->cancel.Remove(ctx.get());
+    return FromGrpcStatus(s, what, "chief " + options_.chief_address);
+  }
+
+  // The chief's answer to NextTask, retried within `timeout` while it is unreachable.
   absl::StatusOr<NextTaskResponse> NextTask(Run* run, const Sender& sender,
                                             absl::Duration timeout) {
     NextTaskRequest req;
     *req.mutable_sender() = sender;
     NextTaskResponse resp;
     absl::Status s = RetryUntil(timeout, "the chief at " + options_.chief_address, [&] {
-      if (run->stop) return absl::CancelledError("the run is stopped");
-      return FromGrpcStatus(
-          master_->NextTask(ContextWithTimeout(kReportAttempt, true).get(), req, &resp), "NextTask",
-          "chief " + options_.chief_address);
+      return ChiefCall(run, "NextTask", kReportAttempt, [&](grpc::ClientContext* ctx) {
+        return master_->NextTask(ctx, req, &resp);
+      });
     });
     if (!s.ok()) return s;
     return resp;
   }
 
   absl::Status TaskDone(Run* run, const TaskDoneRequest& req, absl::Duration timeout) {
+    TaskDoneResponse resp;
     return RetryUntil(timeout, "the chief at " + options_.chief_address, [&] {
-      if (run->stop) return absl::CancelledError("the run is stopped");
-      TaskDoneResponse resp;
-      return FromGrpcStatus(
-          master_->TaskDone(ContextWithTimeout(kReportAttempt, true).get(), req, &resp), "TaskDone",
-          "chief " + options_.chief_address);
+      return ChiefCall(run, "TaskDone", kReportAttempt, [&](grpc::ClientContext* ctx) {
+        return master_->TaskDone(ctx, req, &resp);
+      });
     });
   }
 
@@ -355,18 +351,14 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   bool Report(Run* run, const ProgressRequest& r, absl::Duration timeout) {
     ProgressResponse resp;
     const absl::Time end = absl::Now() + timeout;
-    absl::Status s =
-        RetryUntil(timeout, "the chief at " + options_.chief_address, [&]() -> absl::Status {
-          // Told to stop (the job ends, or a new run replaces this one): no one waits for this.
-          if (run->stop) return absl::CancelledError("the run is stopped");
-          const absl::Duration attempt = std::min(kReportAttempt, end - absl::Now());
-          return FromGrpcStatus(
-              master_->ReportProgress(ContextWithTimeout(attempt, /*wait_for_ready=*/true).get(), r,
-                                      &resp),
-              "ReportProgress", "chief " + options_.chief_address);
-        });
-    if (run->stop) return false;
-    if (OtherGeneration(s)) return false;  // superseded: the next StartTraining says what now
+    absl::Status s = RetryUntil(timeout, "the chief at " + options_.chief_address, [&] {
+      return ChiefCall(
+          run, "ReportProgress", std::min(kReportAttempt, end - absl::Now()),
+          [&](grpc::ClientContext* ctx) { return master_->ReportProgress(ctx, r, &resp); });
+    });
+    // Stopped (the job ends, or a new run replaces this one), or refused for its generation (a
+    // rollback: the next StartTraining says what now): no one waits for this run.
+    if (run->stop || OtherGeneration(s)) return false;
     if (!s.ok()) {
       // Without the chief the job cannot finish: stop rather than train for nobody.
       ShutdownOnce(absl::StrCat("lost the chief: ", s.message()), false);
@@ -397,9 +389,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
   absl::flat_hash_set<uint64_t> former_chiefs_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Run> run_ ABSL_GUARDED_BY(mu_);  // the latest run (running or ended)
 
-  absl::Mutex data_mu_;  // held while a run reads its data
-  std::string data_key_ ABSL_GUARDED_BY(data_mu_);
-  std::shared_ptr<const Examples> data_ ABSL_GUARDED_BY(data_mu_);
+  ShardCache shards_;  // the data of the runs
 
   std::thread heartbeat_;  // with the task queue: started by the first run, joined on destruction
 };

@@ -26,14 +26,22 @@ class Worker {
   using ShutdownFn = std::function<void(const std::string& reason, bool job_succeeded)>;
   static absl::StatusOr<std::unique_ptr<Worker>> Create(const WorkerOptions& options,
                                                         ShutdownFn on_shutdown);
-  // Stops training at the next step and joins the training thread.
+  // Stops the run in progress at once (its calls cancelled) and joins its thread.
   virtual ~Worker() = default;
   // The WorkerService to register with a grpc::Server; owned by the Worker.
   virtual grpc::Service* service() = 0;
   // The chief this worker obeys, as its Register response named it. StartTraining and Shutdown
   // are accepted only from job "chief" task 0 with this incarnation (PERMISSION_DENIED
-  // otherwise). Until it is called, the first chief call's incarnation is the one obeyed.
-  // Thread-safe.
+  // otherwise), except that a StartTraining from a new incarnation (a restarted chief) is
+  // obeyed and switches to it; an incarnation replaced this way or by a later call here is
+  // refused from then on. Until it is called, the first chief call's incarnation is the one
+  // obeyed. A new incarnation stops the run the old chief started. Thread-safe.
+  //
+  // A worker runs one training at a time: a StartTraining of a new (chief incarnation,
+  // Sender.generation) stops the run in progress and starts the new one (the data is read once
+  // while the spec's data, records and shard stay the same); the same pair again is a retry and
+  // gets the first call's outcome. Every request of a run carries its generation; a run refused
+  // for its generation (a rollback) ends quietly and the worker waits for the next StartTraining.
   virtual void ExpectChief(uint64_t incarnation) = 0;
 
   // The training so far, as of the last progress report to the chief (every report_every steps

@@ -1,0 +1,22 @@
+#include "worker/shard_cache.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/trainer.h"
+
+namespace pstrain {
+
+absl::StatusOr<std::shared_ptr<const Examples>> ShardCache::Get(const TrainingSpec& spec) {
+  const std::string key =
+      absl::StrCat(spec.data(), "\n", spec.train_records(), "/", spec.shard_index(), "/",
+                   spec.num_shards(), "/", spec.skip_bad_lines());
+  absl::MutexLock lock(&mu_);
+  if (data_ != nullptr && key_ == key) return data_;
+  data_.reset();
+  absl::StatusOr<Examples> data = ReadShard(spec);
+  if (!data.ok()) return data.status();
+  data_ = std::make_shared<const Examples>(*std::move(data));
+  key_ = key;
+  return data_;
+}
+
+}  // namespace pstrain
