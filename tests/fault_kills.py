@@ -4,11 +4,11 @@ process to SIGKILL at a random moment of training, and must finish by themselves
 fault-free run.
 
 First one fault-free run per mode gives the reference accuracy of that mode. Then every run kills
-one process of a role (worker, ps or chief; the task index at random) after a random delay into
-the training phase, and checks: launch exits 0 by itself within the deadline, the final JSON's
-test_accuracy is within --tolerance of the reference of its mode, tasks_applied_once is true and
-failures_survived is at least 1. Run k uses the seed --seed + k for its choices (role, mode, task,
-delay); the job's own training seed is the same in every run.
+one process of a role (worker, ps or chief; the task index at random) when the job's global step
+reaches a random fraction (5% to 85%) of its steps, and checks: launch exits 0 by itself within
+the deadline, the final JSON's test_accuracy is within --tolerance of the reference of its mode,
+tasks_applied_once is true and failures_survived is at least 1. Run k uses the seed --seed + k for its choices (role, mode, task,
+moment); the job's own training seed is the same in every run.
 
   fault_kills.py --pstrain BIN --data DIR [--runs N] [--seed S] [--cases all|random]
                  [--modes async,sync] [--roles worker,ps,chief]
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,7 @@ JOB = ["--ps", "2", "--workers", "2", "--epochs", "3", "--batch", "256", "--hidd
 ROLES = ("worker", "ps", "chief")
 MODES = ("async", "sync", "ssp")
 TASKS = {"worker": 2, "ps": 2, "chief": 1}
+PROGRESS = re.compile(r"^progress epoch \d+/\d+ step (\d+)/(\d+)", re.M)
 
 
 def parse_args(argv):
@@ -83,6 +85,16 @@ def result_line(stdout):
     return None
 
 
+def progress(chief_log):
+    """The fraction of the job's steps done, by the last progress line in the chief's log."""
+    try:
+        with open(chief_log, errors="replace") as f:
+            steps = PROGRESS.findall(f.read())
+    except OSError:
+        return None
+    return int(steps[-1][0]) / max(1, int(steps[-1][1])) if steps else None
+
+
 def task_pid(launcher, role, index):
     """The pid of `pstrain server --job role --task index` started by `launcher`, or None."""
     want = ["server", "--job", role, "--task", str(index)]
@@ -102,7 +114,7 @@ def task_pid(launcher, role, index):
 
 
 class Run:
-    """One `pstrain launch` job; optionally kills task role:index `delay` s into training."""
+    """One `pstrain launch` job; optionally kills task role:index at a fraction of its steps."""
 
     def __init__(self, args, mode, workdir, kill=None):
         self.args, self.mode, self.kill = args, mode, kill
@@ -148,8 +160,6 @@ class Run:
         self.seconds = time.monotonic() - start
         self.rc = rc
         self.result = result_line("".join(out))
-        self.training_seconds = (time.monotonic() - self.training_started
-                                 if self.training_started else None)
         return self
 
     def _read_stderr(self, proc):
@@ -159,20 +169,23 @@ class Run:
                 self.training_started = time.monotonic()
 
     def _kill(self, proc):
-        role, index, delay = self.kill
-        while self.training_started is None and proc.poll() is None:
+        """Kills the task once the job's global step reaches the fraction `at` of its steps (the
+        chief's progress lines in its log), so the moment falls in training however loaded the
+        machine is."""
+        role, index, at = self.kill
+        chief_log = os.path.join(self.log_dir, "chief-0.log")
+        while proc.poll() is None:
+            fraction = progress(chief_log)
+            if fraction is not None and fraction >= at:
+                break
             time.sleep(0.02)
-        if proc.poll() is not None:
-            self.kill_error = "the job ended before training started"
-            return
-        while time.monotonic() < self.training_started + delay and proc.poll() is None:
-            time.sleep(0.01)
         pid = task_pid(proc.pid, role, index)
         if proc.poll() is not None or pid is None:
-            self.kill_error = "%s:%d was not running at %.2fs" % (role, index, delay)
+            self.kill_error = "%s:%d was not running at %.0f%% of the steps" % (role, index,
+                                                                                100 * at)
             return
         os.kill(pid, signal.SIGKILL)
-        self.killed_at = time.monotonic() - self.training_started
+        self.killed_at = time.monotonic() - (self.training_started or time.monotonic())
 
     def restarts(self):
         return sum(1 for line in self.lines if line.startswith("pstrain launch: restarting "))
@@ -220,7 +233,7 @@ def cases(args):
 def main(argv):
     args = parse_args(argv)
     root = tempfile.mkdtemp(prefix="pstrain-fault-kills-")
-    reference, training, failed = {}, {}, 0
+    reference, failed = {}, 0
     rows = []
     try:
         for mode in args.modes:
@@ -237,7 +250,6 @@ def main(argv):
                     print("\n".join("    " + x for x in run.lines[-15:]), flush=True)
                     continue
                 accs.append(acc)
-                training[mode] = max(training.get(mode, 0), run.training_seconds or 0)
             if not accs:
                 print("no fault-free %s run finished: nothing to compare with" % mode)
                 return 1
@@ -247,14 +259,15 @@ def main(argv):
                     mode, max(accs) - min(accs), min(accs), max(accs), len(accs)), flush=True)
         for k, (seed, mode, role, rng) in enumerate(cases(args)):
             index = rng.randrange(TASKS[role])
-            delay = rng.uniform(0.05, 0.8) * max(training[mode], 0.5)
+            at = rng.uniform(0.05, 0.85)
             run = Run(args, mode, os.path.join(root, "run-%d" % (k + 1)),
-                      kill=(role, index, delay)).execute()
+                      kill=(role, index, at)).execute()
             bad = run.problems(reference[mode], args.tolerance)
             r = run.result or {}
             acc = r.get("test_accuracy")
             rows.append([k + 1, seed, mode, "%s:%d" % (role, index),
-                         "%.2fs" % run.killed_at if run.killed_at is not None else "-",
+                         "%.2fs (%2.0f%%)" % (run.killed_at, 100 * at)
+                         if run.killed_at is not None else "-",
                          run.restarts(), r.get("failures_survived", "-"),
                          r.get("tasks_redone", "-"), "%.4f" % acc if acc is not None else "-",
                          "%+.4f" % (acc - reference[mode]) if acc is not None else "-",
