@@ -4,13 +4,14 @@ its log; --restart_failed=false, and a job without the task queue, end as they d
 restarts existed.
 """
 
-import json
 import os
 import re
 import signal
 import subprocess
 import threading
 import time
+
+from fault_kills import result_line, task_pid
 
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -57,19 +58,11 @@ class Launch:
 
     def task_pid(self, job, index, other_than=None, timeout=30):
         """The pid of the launcher's child `pstrain server --job job --task index`."""
-        want = ["server", "--job", job, "--task", str(index)]
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            for entry in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open("/proc/%s/stat" % entry) as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                    with open("/proc/%s/cmdline" % entry, "rb") as f:
-                        args = f.read().decode(errors="replace").split("\0")
-                except (OSError, ValueError, IndexError):
-                    continue
-                if ppid == self.proc.pid and args[1:6] == want and int(entry) != other_than:
-                    return int(entry)
+            pid = task_pid(self.proc.pid, job, index)
+            if pid is not None and pid != other_than:
+                return pid
             time.sleep(0.05)
         raise AssertionError("no %s:%d process:\n%s" % (job, index, self.err))
 
@@ -82,11 +75,7 @@ class Launch:
             rc = "timeout"
         for t in self.readers:
             t.join()
-        result = None
-        for line in reversed("".join(self.out).splitlines()):
-            if line.startswith("{"):
-                result = json.loads(line)
-                break
+        result = result_line("".join(self.out))
         return rc, result
 
 
@@ -126,7 +115,8 @@ def test_a_task_dying_more_often_than_max_restarts_ends_the_job(tmp_path):
 
 
 def test_restart_failed_false_ends_the_job_when_a_task_dies(tmp_path):
-    launch = Launch(QUEUE + ["--epochs", "50", "--restart_failed=false", "--log_dir", str(tmp_path)])
+    launch = Launch(QUEUE + ["--epochs", "50", "--restart_failed=false", "--log_dir",
+                             str(tmp_path)])
     launch.wait_for("epoch ")
     os.kill(launch.task_pid("ps", 0), signal.SIGKILL)
     rc, _ = launch.finish()
@@ -143,8 +133,8 @@ def test_a_job_without_the_task_queue_is_not_restarted(tmp_path):
     os.kill(launch.task_pid("worker", 0), signal.SIGKILL)
     rc, _ = launch.finish()
     assert rc == 1, launch.err
-    assert ("worker:0 was killed by signal 9 (SIGKILL); this job has no recovery (--task_rows 0), "
-            "so it is not restarted") in launch.err
+    assert ("worker:0 was killed by signal 9 (SIGKILL); this job has no recovery (no task queue: "
+            "--task_rows 0, or --model external), so it is not restarted") in launch.err
     assert "pstrain launch: error: worker:0 was killed by signal 9" in launch.err
     assert "restarting" not in launch.err
 

@@ -273,7 +273,8 @@ int main(int argc, char** argv) {
     }
     if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
     if (s.ok()) {
-      launch.recovery = config->task_rows != 0;
+      // Client programs (--model external) have no task queue, so no recovery.
+      launch.recovery = config->task_rows != 0 && config->BuiltInModel();
       launch.checkpoint_dir = config->checkpoint_dir;
       launch.checkpoint_interval_given =
           config->checkpoint_every_steps > 0 || config->checkpoint_every_secs > 0;

@@ -53,7 +53,9 @@ struct CheckpointManager::Cut {
   uint64_t seq = 0;
   int64_t step = 0;
   std::string dir;
-  nlohmann::json ledger;  // the chief's ledger while every PS was frozen
+  nlohmann::json ledger;   // the chief's ledger while every PS was frozen
+  bool unchanged = false;  // the PS are at the last checkpoint's step: nothing was written
+  bool uniform = false;    // every shard and table at one version
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
@@ -171,7 +173,10 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     return out;
   };
   absl::StatusOr<Cut> cut = TakeCut();
-  if (absl::IsAlreadyExists(cut.status())) return previous;  // nothing changed since
+  if (cut.ok() && cut->unchanged) {
+    UpdateLedger(previous, *cut);
+    return previous;
+  }
   if (!cut.ok()) return failed(cut.status());
   {
     absl::MutexLock lock(&mu_);
@@ -188,6 +193,7 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     }
     last_path_ = c.dir;
     last_step_ = c.step;
+    last_uniform_ = c.uniform;
     return c.dir;
   };
   if (wait) return finish();
@@ -269,9 +275,12 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
                                                  " attempts (versions ", lo, " to ", hi, ")"));
     }
     cut.step = static_cast<int64_t>(hi);
+    cut.uniform = lo == hi;
+    if (ledger_source) cut.ledger = ledger_source();  // every PS is frozen at the cut
     if (cut.step == last_step) {
       phase_all(CheckpointRequest::ABORT, "");
-      return absl::AlreadyExistsError("unchanged");
+      cut.unchanged = true;
+      return cut;
     }
     cut.dir = absl::StrCat(options_.dir, "/ckpt-", cut.step);
     std::error_code ec;
@@ -281,7 +290,6 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       phase_all(CheckpointRequest::ABORT, "");
       return absl::PermissionDeniedError(absl::StrCat("creating ", cut.dir, ": ", ec.message()));
     }
-    if (ledger_source) cut.ledger = ledger_source();  // every PS is frozen at the cut
     absl::Status released = FirstError(phase_all(CheckpointRequest::RELEASE, cut.dir));
     const absl::Duration pause = absl::Now() - start;
     {
@@ -293,6 +301,21 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
     spdlog::info("checkpoint at step {}: {} copied in memory, pushes paused {}", cut.step,
                  HumanBytes(bytes), absl::FormatDuration(pause));
     return cut;
+  }
+}
+
+void CheckpointManager::UpdateLedger(const std::string& previous, const Cut& cut) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!last_uniform_ || previous != last_path_) return;
+  }
+  if (previous.empty() || cut.ledger.is_null()) return;
+  absl::StatusOr<Manifest> m = ReadManifest(previous);
+  if (!m.ok() || m->global_step != cut.step || m->ledger == cut.ledger) return;
+  m->ledger = cut.ledger;
+  if (absl::Status s = WriteManifest(previous, *m); !s.ok()) {
+    spdlog::error("checkpoint {}: the ledger was not updated: {}", previous,
+                  std::string(s.message()));
   }
 }
 

@@ -1,11 +1,13 @@
 // Internal to src/ps: the ParameterServer implementation, whose methods live in
 // parameter_server.cc (roles, configuration, creating and deleting variables), ps_data_path.cc
-// (pulls, pushes and sync steps) and ps_tables.cc (embedding tables: create, lookup, sparse push
-// and their sync steps).
+// (pulls, pushes and sync steps), ps_tables.cc (embedding tables: create, lookup),
+// ps_sparse_push.cc (sparse pushes and the tables' sync steps), ps_checkpoint.cc (Checkpoint,
+// Import) and ps_recovery.cc (Reset, AppliedTasks).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,6 +69,18 @@ absl::Status CheckNames(const Names& items, GetName name_of, absl::string_view w
     }
   }
   return absl::OkStatus();
+}
+
+// `bytes` as bytes.size() / sizeof(T) values of T: in place when aligned for T, else copied into
+// `copy`.
+template <typename T>
+inline const T* InPlace(const std::string& bytes, std::vector<T>* copy) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(T) == 0) {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+  copy->resize(bytes.size() / sizeof(T));
+  std::memcpy(copy->data(), bytes.data(), copy->size() * sizeof(T));
+  return copy->data();
 }
 
 // One embedding table held by the server: the rows (thread-safe on their own) and, in sync

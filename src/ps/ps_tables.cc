@@ -1,6 +1,6 @@
-// The embedding tables of the ParameterServer: creating them (get-or-create), lookups (with their
-// sync and ssp waits), sparse pushes, and the application of their sync steps. Locks and their
-// order: see parameter_server.cc.
+// The embedding tables of the ParameterServer: creating them (get-or-create) and lookups (with
+// their sync and ssp waits); sparse pushes are in ps_sparse_push.cc. Locks and their order: see
+// parameter_server.cc.
 //
 // Keys and rows travel as raw little-endian arrays in bytes fields. They are read in place (a
 // copy only if a request's bytes happen not to be aligned for them), and a lookup writes its rows
@@ -36,24 +36,6 @@ static_assert(std::endian::native == std::endian::little,
               "keys and rows travel as little-endian bytes and are read in place");
 
 namespace {
-
-// `bytes` as bytes.size() / sizeof(T) values of T: in place when aligned for T, else copied into
-// `copy`.
-template <typename T>
-const T* InPlace(const std::string& bytes, std::vector<T>* copy) {
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(T) == 0) {
-    return reinterpret_cast<const T*>(bytes.data());
-  }
-  copy->resize(bytes.size() / sizeof(T));
-  std::memcpy(copy->data(), bytes.data(), copy->size() * sizeof(T));
-  return copy->data();
-}
-
-// `got` bytes of gradient rows, as a message shows them.
-std::string FloatCount(size_t got) {
-  if (got % sizeof(float) == 0) return absl::StrCat(got / sizeof(float));
-  return absl::StrCat(got, " bytes");
-}
 
 // What MessageDifferencer reports ("modified: dim: 4 -> 8\n..."), on one line of at most 512
 // bytes.
@@ -277,158 +259,6 @@ void ParameterServerImpl::LookupAsync(const LookupRequest& req, LookupResponse* 
     done(absl::OkStatus());
   };
   consistency_.PullOrWait(sender, clock, std::move(wait));
-}
-
-absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode mode, int task,
-                                                   uint64_t incarnation, TableSlice* slice) {
-  Table* table = slice->table.get();
-  const int dim = table->rows->dim();
-  const int64_t floats = slice->n * dim;  // at most kMaxKeysPerRequest * kMaxTableDim
-  if (g.rows().size() != static_cast<size_t>(floats) * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(TableWhere(g.table()), ": ", slice->n,
-                                                   " keys need ", slice->n, " x ", dim,
-                                                   " floats, got ", FloatCount(g.rows().size())));
-  }
-  slice->rows = InPlace(g.rows(), &slice->row_copy);
-  if (int64_t bad = FirstNonFinite(slice->rows, floats); bad >= 0) {
-    consistency_.counters.nonfinite_rejected++;
-    return absl::InvalidArgumentError(absl::StrCat(
-        TableWhere(g.table()), ": the gradient of key ", slice->keys[bad / dim],
-        " has a non-finite value (", slice->rows[bad], ") at index ", bad % dim, " of its row"));
-  }
-  {
-    absl::MutexLock lock(&table->mu);
-    const uint64_t version = table->rows->version();
-    if (g.read_version() > version) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(TableWhere(g.table()), ": the gradient was computed from version ",
-                       g.read_version(), " but the table is at version ", version));
-    }
-    if (mode == Mode::kSync && g.read_version() == version) {
-      for (const auto& c : table->contributors) {
-        if (c == std::make_pair(task, incarnation)) {
-          return absl::InvalidArgumentError(absl::StrCat(TableWhere(g.table()), ": worker:", task,
-                                                         " already pushed a gradient for step ",
-                                                         version));
-        }
-      }
-    }
-  }
-  if (absl::Status s = table->rows->CheckPush(slice->keys, slice->n); !s.ok()) {
-    return FromTable(g.table(), s);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
-                                             PushSparseResponse* resp) {
-  resp->Clear();
-  if (absl::Status s = CheckPushRequest(
-          req, [](const SparseGradient& g) -> const std::string& { return g.table(); },
-          "sparse push", "table", kMaxTables);
-      !s.ok()) {
-    return s;
-  }
-  const PushContext ctx = ContextOf(req);
-
-  // Validate everything first. What is checked cannot become invalid before the apply below:
-  // dims are fixed, the rows belong to the request, versions only grow, and a key CheckPush
-  // accepted keeps its row (a table that may drop rows accepts any key).
-  const int n = req.gradients_size();
-  std::vector<TableSlice> slices(n);
-  for (int i = 0; i < n; ++i) {
-    const SparseGradient& g = req.gradients(i);
-    if (absl::Status s = ParseKeys(g.table(), g.keys(), "push", &slices[i]); !s.ok()) return s;
-    if (absl::Status s = ValidateGradient(g, ctx.mode, ctx.task, ctx.incarnation, &slices[i]);
-        !s.ok()) {
-      return s;
-    }
-  }
-
-  consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
-  ApplyResult any;
-  for (int i = 0; i < n; ++i) {
-    ApplyResult r;
-    resp->add_versions(ApplySparse(slices[i], req.gradients(i).read_version(), ctx, &r));
-    if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
-    any.dropped |= r.dropped;
-    any.duplicate |= r.duplicate;
-    any.updated |= r.updated;
-  }
-  CountPush(req.sender(), any);
-  return absl::OkStatus();
-}
-
-// As ApplyOne, under Table::mu; an untagged async gradient takes only the table's own lock (as
-// it always did), a tagged one also Table::mu, so its watermark and its rows change together.
-uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read_version,
-                                          const PushContext& ctx, ApplyResult* result) {
-  Table* table = slice.table.get();
-  auto apply = [&] {
-    const uint64_t version = table->rows->Apply(slice.keys, slice.n, slice.rows);
-    table->Publish(version);
-    consistency_.counters.pushes_applied++;
-    consistency_.counters.updates_applied++;
-    result->updated = true;
-    return version;
-  };
-  if (ctx.mode != Mode::kSync && ctx.tag == nullptr) return apply();
-  absl::MutexLock lock(&table->mu);
-  const bool duplicate = ctx.tag != nullptr && table->applied.IsDuplicate(*ctx.tag);
-  if (ctx.mode != Mode::kSync) {
-    if (duplicate) {
-      result->duplicate = true;
-      return table->rows->version();
-    }
-    const uint64_t version = apply();
-    table->applied.Commit(*ctx.tag);
-    return version;
-  }
-  const auto sender = std::make_pair(ctx.task, ctx.incarnation);
-  if (read_version < table->rows->version() ||
-      std::find(table->contributors.begin(), table->contributors.end(), sender) !=
-          table->contributors.end()) {
-    if (duplicate) {
-      result->duplicate = true;
-    } else {
-      result->dropped = true;
-      if (ctx.tag != nullptr) table->applied.Commit(*ctx.tag);
-    }
-    return table->rows->version();
-  }
-  table->contributors.push_back(sender);
-  if (duplicate) {
-    result->duplicate = true;  // counts towards the step, adds nothing to it
-  } else {
-    table->rows->Accumulate(slice.keys, slice.n, slice.rows);
-    ++table->added;
-    if (ctx.tag != nullptr) table->applied.AddToStep(*ctx.tag);
-    consistency_.counters.pushes_applied++;
-  }
-  result->updated = MaybeApplyTableStep(table);
-  return table->rows->version();
-}
-
-bool ParameterServerImpl::MaybeApplyTableStep(Table* table) {
-  const size_t have = table->contributors.size();
-  if (have == 0 || have < static_cast<size_t>(consistency_.StepThreshold(table->contributors))) {
-    return false;
-  }
-  // The average of the gradients added; a step of duplicates only (an empty accumulator) still
-  // advances the table's version.
-  table->Publish(table->rows->ApplyAccumulated(std::max(table->added, 1)));
-  if (table->added > 0) consistency_.counters.updates_applied++;
-  table->contributors.clear();
-  table->added = 0;
-  table->applied.CommitStep();
-  return true;
-}
-
-void ParameterServerImpl::ApplyCompleteTableSteps() {
-  for (const auto& [name, table] : AllTables()) {
-    absl::MutexLock lock(&table->mu);
-    MaybeApplyTableStep(table.get());
-  }
 }
 
 void ParameterServerImpl::FillTableStats(StatsResponse* resp) {

@@ -241,8 +241,8 @@ class Cluster {
         case Supervisor::Verdict::kNoRecovery:
           output_.EndProgress();
           std::fprintf(stderr,
-                       "pstrain launch: %s; this job has no recovery (--task_rows 0), so it is "
-                       "not restarted\n",
+                       "pstrain launch: %s; this job has no recovery (no task queue: --task_rows "
+                       "0, or --model external), so it is not restarted\n",
                        Describe(c).c_str());
           break;
         case Supervisor::Verdict::kExhausted:

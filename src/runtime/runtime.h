@@ -94,7 +94,8 @@ struct LaunchOptions {
   // or worker that exits with an error before the chief ended the job) is started again with the
   // same command after a short backoff, on the same address, at most `max_restarts` times per
   // task; the chief with --restarted --resume `checkpoint_dir`. Each restart is printed. A job
-  // without `recovery` (the chief's --task_rows 0) is not restarted: it ends as without restarts.
+  // without `recovery` (no task queue: the chief's --task_rows 0, or --model external) is not
+  // restarted: it ends as without restarts.
   bool restart_failed = true;
   int max_restarts = 5;
   bool recovery = true;

@@ -30,6 +30,19 @@ Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOp
 
 Stepper::~Stepper() = default;
 
+absl::Status Stepper::UntilRestored(const std::function<absl::Status()>& call) {
+  absl::Status s = call();
+  if (options_.sender.generation() == 0) return s;
+  const absl::Time end = absl::Now() + absl::Seconds(spec_.rpc_timeout_s());
+  for (absl::Duration backoff = absl::Milliseconds(50);
+       absl::IsNotFound(s) && !stopped() && absl::Now() + backoff < end;
+       backoff = std::min(2 * backoff, absl::Seconds(1))) {
+    absl::SleepFor(backoff);
+    s = call();
+  }
+  return s;
+}
+
 bool Stepper::Send() {
   report_.set_loss(loss_count_ > 0 ? loss_sum_ / loss_count_ : report_.loss());
   loss_sum_ = 0;
@@ -61,8 +74,9 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
   batch_.Clear();
   for (int64_t r = 0; r < rows; ++r) batch_.AppendRow(data_, order[at + r]);
   const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(batch_);
-  absl::Status s =
-      params_->Read(keys, sync_ ? next_step_ : 0, ssp_ ? report_.steps() : 0, sync_, &inputs_);
+  absl::Status s = UntilRestored([&] {
+    return params_->Read(keys, sync_ ? next_step_ : 0, ssp_ ? report_.steps() : 0, sync_, &inputs_);
+  });
   if (!s.ok()) {
     Fail(s);
     return Outcome::kStop;
@@ -86,7 +100,7 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
     report_.set_nonfinite_skipped(report_.nonfinite_skipped() + 1);
   } else {
     int dropped = 0;
-    s = params_->Write(keys, grads_, sync_, &dropped, tag);
+    s = UntilRestored([&] { return params_->Write(keys, grads_, sync_, &dropped, tag); });
     if (!s.ok()) {
       Fail(s);
       return Outcome::kStop;

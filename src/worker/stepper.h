@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,6 +49,11 @@ class Stepper {
   const Sender& sender() const { return options_.sender; }
 
  private:
+  // `call()`, again with backoff within the rpc timeout while it fails NotFound in a run with a
+  // generation (recovery on): a PS that restarted holds nothing until the chief rolls back,
+  // whose refusal of this generation then ends the run quietly.
+  absl::Status UntilRestored(const std::function<absl::Status()>& call);
+
   const TrainingSpec& spec_;
   const Examples& data_;
   const TrainerOptions& options_;
