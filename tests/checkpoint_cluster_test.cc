@@ -1,7 +1,8 @@
 // Checkpoints of real jobs (pstrain launch, real processes on 127.0.0.1): a checkpoint saved by
 // 2 PS restores bit-identically into 1 and 3 PS; a corrupted or truncated part is found and the
 // previous checkpoint used; a full disk (a file size limit) keeps the previous checkpoint and
-// the job; a second chief on one directory and a checkpoint of another model are refused.
+// the job; a second chief on one directory and a checkpoint of another model are refused; with
+// the task queue every manifest holds the ledger of its cut.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -74,6 +75,51 @@ TEST_F(CheckpointClusterTest, WideDeepFromTwoPsRestoresBitIdenticallyIntoOneAndT
   EXPECT_THAT(resumed.err + resumed.out, HasSubstr("saved by 2 ps) into 3 ps"));
 }
 
+TEST_F(CheckpointClusterTest, EveryManifestHoldsTheLedgerOfItsCut) {
+  RequireMnist();
+  const std::string root = dir_ + "/ckpt";
+  ResultOf(TrainMlp(root, {"--task_rows", "2560", "--keep_checkpoints", "20"}, "40"));
+  int checked = 0;
+  for (const auto& [step, dir] : ListCheckpoints(root)) {
+    SCOPED_TRACE(dir);
+    absl::StatusOr<Manifest> m = ReadManifest(dir);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(m->ledger.is_object());
+    EXPECT_EQ(m->ledger["task_rows"], 2560);
+    // Every task the ledger says applied is whole in every shard of the cut.
+    std::vector<std::pair<std::string, std::vector<TaskWatermarkRecord>>> shards;
+    for (int t = 0; t < m->num_ps; ++t) {
+      absl::StatusOr<PartFile> part = ReadPartFile(absl::StrCat(dir, "/ps-", t, ".ckpt"));
+      ASSERT_TRUE(part.ok()) << part.status();
+      for (const ShardRecord& r : part->shards) shards.emplace_back(r.name, r.applied);
+    }
+    int64_t applied = 0;
+    for (size_t e = 0; e < m->ledger["ledger"].size(); ++e) {
+      for (size_t id = 0; id < m->ledger["ledger"][e].size(); ++id) {
+        const nlohmann::json& task = m->ledger["ledger"][e][id];
+        if (task["state"] != "applied") continue;
+        ++applied;
+        const int64_t batches = (task["examples"].get<int64_t>() + 127) / 128;
+        for (const auto& [name, marks] : shards) {
+          int64_t next = 0;
+          for (const TaskWatermarkRecord& w : marks) {
+            if (w.epoch == static_cast<int>(e) && w.task == static_cast<int64_t>(id)) {
+              next = w.next_batch;
+            }
+          }
+          EXPECT_EQ(next, batches) << name << ": task " << id << " of epoch " << e;
+        }
+      }
+    }
+    EXPECT_EQ(m->ledger["applied"], applied);
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+  absl::StatusOr<Manifest> last = ReadManifest(Newest(root));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->ledger["applied"], last->ledger["tasks"]);  // the end of the job
+}
+
 TEST_F(CheckpointClusterTest, SyncModeCutsBetweenSteps) {
   RequireMnist();
   const std::string root = dir_ + "/ckpt";
@@ -103,10 +149,19 @@ TEST_F(CheckpointClusterTest, ResumeStartsFromScratchThenFromTheNewestCheckpoint
   EXPECT_THAT(first.err + first.out, HasSubstr("holds no checkpoint yet"));
   const std::string saved = Newest(root);
   ASSERT_FALSE(saved.empty());
+  // Its ledger says every task was applied: the resumed job has nothing left to train.
   Result second = RunTagged(job, {}, 180);
-  ResultOf(second);
+  const nlohmann::json done = ResultOf(second);
   EXPECT_THAT(second.err + second.out, HasSubstr("restoring checkpoint " + saved));
-  EXPECT_NE(Newest(root), saved);  // it went on, and saved again at its end
+  EXPECT_EQ(done["tasks_applied"], done["tasks"]) << done.dump();
+  EXPECT_EQ(Newest(root), saved);
+  // Without the task queue (no ledger) it trains its epochs again, and saves at its end.
+  std::vector<std::string> again = job;
+  again.insert(again.end(), {"--task_rows", "0"});
+  Result third = RunTagged(again, {}, 180);
+  ResultOf(third);
+  EXPECT_THAT(third.err + third.out, HasSubstr("restoring checkpoint " + saved));
+  EXPECT_NE(Newest(root), saved);
 }
 
 TEST_F(CheckpointClusterTest, CorruptedOrTruncatedPartIsNamedAndThePreviousOneUsed) {

@@ -3,6 +3,7 @@
 // PS back to a fresh start, the generation check of worker calls, and bad tags refused with
 // nothing applied. (Duplicates dropped: ps_duplicates_test.cc.)
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -224,7 +225,9 @@ TEST_F(PsRecoveryTest, BadTagsAreRefusedNamingTheFieldAndAppliedTasksIsTheChiefs
   };
   for (const Case& c : {Case{Tag(-1, 0, 0), "tag.epoch -1 is negative"},
                         Case{Tag(0, -2, 0), "tag.task -2 is negative"},
-                        Case{Tag(0, 0, -3), "tag.batch -3 is negative"}}) {
+                        Case{Tag(0, 0, -3), "tag.batch -3 is negative"},
+                        Case{Tag(0, 0, std::numeric_limits<int64_t>::max()),
+                             "tag.batch 9223372036854775807 is out of range"}}) {
     absl::Status s = Push(Worker(0), 1, 0, c.tag);
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
     EXPECT_THAT(s.message(), HasSubstr(c.says));

@@ -282,11 +282,13 @@ class Cluster {
     }
   }
 
-  // StartTraining of worker `w` for `generation`, as the chief sends it.
-  grpc::Status Start(int w, uint64_t generation) {
+  // StartTraining of worker `w` for `generation`, as the chief (of `chief_incarnation`, 0: this
+  // process's) sends it.
+  grpc::Status Start(int w, uint64_t generation, uint64_t chief_incarnation = 0) {
     StartTrainingRequest req;
     *req.mutable_sender() = MakeSender("chief", 0);
     req.mutable_sender()->set_generation(generation);
+    if (chief_incarnation != 0) req.mutable_sender()->set_incarnation(chief_incarnation);
     *req.mutable_spec() = spec_;
     req.mutable_spec()->set_seed(1 * 1000003 + w);  // the chief's seed for worker w
     StartTrainingResponse resp;
@@ -348,6 +350,7 @@ class Cluster {
   Coordinator& coordinator() { return *coordinator_; }
   PushLog& log(int p) { return *logs_[p]; }
   ParameterServer& ps(int p) { return *ps_[p]; }
+  Worker& worker(int w) { return *workers_[w]; }
 
  private:
   ModelConfig Config() const {

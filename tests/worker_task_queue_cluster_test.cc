@@ -1,7 +1,8 @@
 // Workers on the chief's task queue in a whole job of real servers on 127.0.0.1 (2 PS, 2
 // workers; tests/worker_cluster.h): every push carries the tag of its task's batch, each batch
-// is pushed once, the ledger applies every task once in async, sync and ssp modes, and a
-// StartTraining of a new generation stops the run in progress and starts the next.
+// is pushed once, the ledger and every shard's watermarks apply every task once in async, sync
+// and ssp modes; a StartTraining of a new generation, or a new chief, stops the run in progress
+// and starts the next; a run refused for its generation ends quietly.
 #include <algorithm>
 #include <numeric>
 #include <thread>
@@ -112,6 +113,31 @@ TEST_F(WorkerTaskQueueTest, ANewGenerationStopsTheRunInProgressAndStartsTheNext)
     }
     EXPECT_EQ(c.DuplicatesDropped(p), again) << "ps:" << p;
   }
+  c.ExpectEveryBatchAppliedOnce();
+}
+
+// A Register answer naming a new chief (ExpectChief) stops the run the old chief started; the
+// old chief is refused from then on and the new one's StartTraining finishes the job.
+TEST_F(WorkerTaskQueueTest, ANewChiefStopsTheOldChiefsRun) {
+  Cluster c(dir_, {.mode = "async", .step_delay_ms = 20});
+  ASSERT_NO_FATAL_FAILURE(c.SetUpJob());
+  ASSERT_NO_FATAL_FAILURE(c.StartAll(1));
+  for (int i = 0; i < 200 && c.log(0).pushes().size() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const uint64_t old_chief = MakeSender("chief", 0).incarnation(), new_chief = old_chief + 2;
+  for (int w = 0; w < Cluster::kWorkers; ++w) c.worker(w).ExpectChief(new_chief);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const size_t stopped_at = c.log(0).pushes().size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(c.log(0).pushes().size(), stopped_at) << "the old chief's run went on";
+  EXPECT_EQ(c.Start(0, 1, old_chief).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  for (int w = 0; w < Cluster::kWorkers; ++w) {
+    const grpc::Status s = c.Start(w, 1, new_chief);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_EQ(c.WaitForDone(absl::Seconds(60)), "");
+  EXPECT_EQ(c.coordinator().LedgerCheck(), "");
   c.ExpectEveryBatchAppliedOnce();
 }
 

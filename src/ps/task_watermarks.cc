@@ -1,6 +1,7 @@
 #include "ps/task_watermarks.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,10 @@ absl::Status TaskWatermarks::CheckTag(const PushTag& tag, absl::string_view what
   if (tag.epoch() < 0) return bad("epoch", tag.epoch());
   if (tag.task() < 0) return bad("task", tag.task());
   if (tag.batch() < 0) return bad("batch", tag.batch());
+  if (tag.batch() == std::numeric_limits<int64_t>::max()) {  // next_batch would overflow
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": tag.batch ", tag.batch(), " is out of range"));
+  }
   return absl::OkStatus();
 }
 

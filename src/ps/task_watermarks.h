@@ -23,8 +23,9 @@ class TaskWatermarks {
  public:
   using List = google::protobuf::RepeatedPtrField<TaskWatermark>;
 
-  // InvalidArgument naming the field for a negative epoch, task or batch; `what` starts the
-  // message ("push from worker:1 (incarnation 7)").
+  // InvalidArgument naming the field for a negative epoch, task or batch (or a batch of
+  // INT64_MAX, whose next_batch would overflow); `what` starts the message ("push from
+  // worker:1 (incarnation 7) to ps task 0").
   static absl::Status CheckTag(const PushTag& tag, absl::string_view what);
   // InvalidArgument naming the field and the entry for a negative epoch, task or next_batch, or
   // an (epoch, task) listed twice; `what` starts the message ("import of variable 'w'").
