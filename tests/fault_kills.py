@@ -5,7 +5,7 @@ fault-free run.
 
 First one fault-free run per mode gives the reference accuracy of that mode. Then every run kills
 one process of a role (worker, ps or chief; the task index at random) when the job's global step
-reaches a random fraction (5% to 85%) of its steps, and checks: launch exits 0 by itself within
+reaches a random fraction (5% to 75%) of its steps, and checks: launch exits 0 by itself within
 the deadline, the final JSON's test_accuracy is within --tolerance of the reference of its mode,
 tasks_applied_once is true and failures_survived is at least 1. Run k uses the seed --seed + k for its choices (role, mode, task,
 moment); the job's own training seed is the same in every run.
@@ -259,7 +259,7 @@ def main(argv):
                     mode, max(accs) - min(accs), min(accs), max(accs), len(accs)), flush=True)
         for k, (seed, mode, role, rng) in enumerate(cases(args)):
             index = rng.randrange(TASKS[role])
-            at = rng.uniform(0.05, 0.85)
+            at = rng.uniform(0.05, 0.75)
             run = Run(args, mode, os.path.join(root, "run-%d" % (k + 1)),
                       kill=(role, index, at)).execute()
             bad = run.problems(reference[mode], args.tolerance)
