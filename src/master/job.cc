@@ -52,7 +52,7 @@ absl::StatusOr<JobResult> Job::Run() {
     if (absl::Status s = BeginGeneration(restore_); !s.ok()) return s;
     if (config_.restarted) coordinator_->CountChiefRestart();
   }
-  if (absl::Status s = ResetPs(); !s.ok()) return s;
+  if (absl::Status s = ResetPs(config_.rpc_timeout); !s.ok()) return s;
   if (absl::Status s = ConfigurePs(); !s.ok()) return s;
   if (model_job_ != nullptr) {
     if (absl::Status s = CreateModel(restore_); !s.ok()) return s;

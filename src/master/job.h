@@ -82,8 +82,9 @@ class Job {
   // Starts the next generation on `ckpt`'s ledger (null: a fresh one; a ledger of another
   // shape is warned of and replaced by a fresh one, the checkpoint's watermarks dropped).
   absl::Status BeginGeneration(LoadedCheckpoint* ckpt);
-  // Reset (with recovery) and Configure every PS for this generation.
-  absl::Status ResetPs();
+  // Reset (with recovery; each PS retried within `timeout`) and Configure every PS for this
+  // generation.
+  absl::Status ResetPs(absl::Duration timeout);
   absl::Status ConfigurePs();
   // The built-in model's parameters, from `ckpt` (null: their initial values); the placer and
   // table creator forget what they created before; the checkpoint manager learns the placement.

@@ -100,14 +100,14 @@ absl::Status Job::BeginGeneration(LoadedCheckpoint* ckpt) {
   return absl::OkStatus();
 }
 
-absl::Status Job::ResetPs() {
+absl::Status Job::ResetPs(absl::Duration timeout) {
   if (!Recovery()) return absl::OkStatus();
   ResetRequest req;
   *req.mutable_sender() = Chief();
   for (size_t t = 0; t < ps_.size(); ++t) {
     ResetResponse resp;
     absl::Status s =
-        CallWithRetry(config_.rpc_timeout, "Reset", TaskName("ps", t),
+        CallWithRetry(timeout, "Reset", TaskName("ps", t),
                       [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
@@ -208,7 +208,8 @@ absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* a
   absl::StatusOr<LoadedCheckpoint*> ckpt = LatestCheckpoint();
   if (!ckpt.ok()) return ckpt.status();
   if (absl::Status s = BeginGeneration(*ckpt); !s.ok()) return s;
-  if (absl::Status s = ResetPs(); !s.ok()) return s;
+  // A PS that died and is not back yet is waited for as long as a silent task.
+  if (absl::Status s = ResetPs(config_.task_timeout); !s.ok()) return s;
   if (absl::Status s = ConfigurePs(); !s.ok()) return s;
   if (absl::Status s = CreateModel(*ckpt); !s.ok()) return s;
   if (checkpoints_ != nullptr && *ckpt != nullptr) {
