@@ -89,10 +89,10 @@ TEST_F(FaultTest, InterruptedOrTerminatedLaunchStopsEveryProcess) {
   }
 }
 
-// A worker killed mid-training: the launcher names it, stops the rest and fails.
+// A worker killed mid-training, restarts off: the launcher names it, stops the rest and fails.
 TEST_F(FaultTest, DeadWorkerEndsTheLaunchWithItsName) {
   Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data",
-                        MnistDir(), "--epochs", "50"});
+                        MnistDir(), "--epochs", "50", "--restart_failed=false"});
   WaitForText(p.err_path, "epoch");
   const pid_t worker = ChildOf("worker", 1);
   ASSERT_GT(worker, 0);
@@ -177,11 +177,13 @@ TEST_F(FaultTest, TasksOfAFailedJobExitNonZero) {
   }
 }
 
-// A worker restarted with the index of a running one is refused by the chief's Register and
-// exits at once, saying why, instead of idling until the job times out.
+// Without the task queue (no recovery), a worker restarted with the index of a running one is
+// refused by the chief's Register and exits at once, saying why, instead of idling until the
+// job times out.
 TEST_F(FaultTest, RestartedWorkerIsRefusedAndExits) {
   const std::string cluster = Cluster(2);
-  Proc chief = StartTagged(Server(cluster, "chief", 0, {"--data", MnistDir(), "--epochs", "50"}));
+  Proc chief = StartTagged(
+      Server(cluster, "chief", 0, {"--data", MnistDir(), "--epochs", "50", "--task_rows", "0"}));
   Proc ps = StartTagged(Server(cluster, "ps", 0));
   Proc w0 = StartTagged(Server(cluster, "worker", 0));
   Proc w1 = StartTagged(Server(cluster, "worker", 1));

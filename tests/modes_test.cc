@@ -94,7 +94,9 @@ TEST_F(ModesTest, BackupWorkersKeepTheFastPace) {
                              "--optimizer",
                              "sgd",
                              "--lr",
-                             "0.1"});
+                             "0.1",
+                             "--task_rows",  // fixed shards: the step counts below are theirs
+                             "0"});
   const std::vector<int64_t> steps = j["worker_steps"];
   const std::vector<int64_t> stale = j["worker_stale_steps"];
   ASSERT_EQ(steps.size(), 3u);
@@ -111,9 +113,26 @@ TEST_F(ModesTest, BackupWorkersKeepTheFastPace) {
 // than s clocks ahead of the slowest (the PS records the largest gap it granted).
 TEST_F(ModesTest, SspBoundsTheClockGap) {
   for (int s : {0, 2}) {
-    nlohmann::json j = Launch({"--ps", "2", "--workers", "3", "--mode", "ssp", "--staleness",
-                               std::to_string(s), "--slow_worker", "1", "--slow_worker_delay_ms",
-                               "5", "--hidden", "32", "--epochs", "1", "--batch", "128"});
+    nlohmann::json j = Launch({"--ps",
+                               "2",
+                               "--workers",
+                               "3",
+                               "--mode",
+                               "ssp",
+                               "--staleness",
+                               std::to_string(s),
+                               "--slow_worker",
+                               "1",
+                               "--slow_worker_delay_ms",
+                               "5",
+                               "--hidden",
+                               "32",
+                               "--epochs",
+                               "1",
+                               "--batch",
+                               "128",
+                               "--task_rows",
+                               "0"});
     EXPECT_LE(j["max_clock_gap"].get<int>(), s) << j.dump();
     EXPECT_GT(j["pulls_waited"].get<int>(), 0) << j.dump();
     const std::vector<int64_t> steps = j["worker_steps"];

@@ -129,7 +129,7 @@ TEST_F(PsRecoveryTest, WatermarksGoThroughACheckpointAndImport) {
   EXPECT_EQ(GetStats().duplicates_dropped(), 2);
 }
 
-// Reset drops everything (waiting pulls end Aborted); Configure and the creates work again.
+// Reset drops everything (waiting pulls end FailedPrecondition, naming the generation); Configure and the creates work again.
 TEST_F(PsRecoveryTest, ResetBringsThePsBackToAFreshStart) {
   ConfigureRequest config = Config("sync", 2, 2, 0, 30, {});
   config.set_generation(1);
@@ -157,7 +157,7 @@ TEST_F(PsRecoveryTest, ResetBringsThePsBackToAFreshStart) {
   EXPECT_TRUE(absl::IsPermissionDenied(ps_->Call(&Stub::Reset, reset, &reset_resp)));
   ASSERT_TRUE(ps_->AsChief(&Stub::Reset, ResetRequest()).ok());
   pull.join();
-  EXPECT_TRUE(absl::IsAborted(waited)) << waited;
+  EXPECT_TRUE(absl::IsFailedPrecondition(waited)) << waited;
   EXPECT_THAT(waited.message(), HasSubstr("reset"));
 
   PullRequest gone;

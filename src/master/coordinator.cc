@@ -138,6 +138,13 @@ absl::Status Coordinator::CheckWorkerTask(const Sender& s, const std::string& wh
 absl::Status Coordinator::CheckWorker(const Sender& s, const std::string& what) const {
   if (absl::Status st = CheckWorkerTask(s, what); !st.ok()) return st;
   const std::string task = TaskName(s.job(), s.task());
+  if (s.generation() != 0 && workers_[s.task()].incarnation() == 0) {
+    // A run started by another chief (this one was restarted): it is over; the worker registers
+    // again and this chief starts it on its own generation.
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " from ", task, " of generation ", s.generation(),
+                     ": not registered with this chief (a restarted chief); that run is over"));
+  }
   if (ledger_) return ledger_->Check(s.task(), s.incarnation(), what.c_str());
   const uint64_t registered = workers_[s.task()].incarnation();
   if (registered == 0) {

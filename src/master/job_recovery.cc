@@ -100,15 +100,29 @@ absl::Status Job::BeginGeneration(LoadedCheckpoint* ckpt) {
   return absl::OkStatus();
 }
 
+namespace {
+// How long a PS may take to learn a restarted chief from its Register answer, and the longest
+// pause between two tries.
+constexpr absl::Duration kLearnChief = absl::Seconds(10);
+constexpr absl::Duration kLearnStep = absl::Milliseconds(500);
+}  // namespace
+
 absl::Status Job::ResetPs(absl::Duration timeout) {
   if (!Recovery()) return absl::OkStatus();
   ResetRequest req;
   *req.mutable_sender() = Chief();
   for (size_t t = 0; t < ps_.size(); ++t) {
     ResetResponse resp;
-    absl::Status s =
-        CallWithRetry(timeout, "Reset", TaskName("ps", t),
-                      [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
+    // A PS that registered with this (restarted) chief may not have read its answer yet, and
+    // then still obeys the old chief: PermissionDenied is retried for a while too.
+    const absl::Time end = absl::Now() + std::min(timeout, kLearnChief);
+    absl::Status s;
+    for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLearnStep)) {
+      s = CallWithRetry(timeout, "Reset", TaskName("ps", t),
+                        [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
+      if (!absl::IsPermissionDenied(s) || absl::Now() + pause > end) break;
+      absl::SleepFor(pause);
+    }
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

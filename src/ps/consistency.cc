@@ -119,7 +119,7 @@ void Consistency::Reset(const std::string& why) {
     ended.swap(pending_);
     PublishLocked();
   }
-  for (Pending& p : ended) p.wait.serve(absl::AbortedError(why));
+  for (Pending& p : ended) p.wait.serve(absl::FailedPreconditionError(why));
 }
 
 int Consistency::SlotLocked(const Sender& s) const {

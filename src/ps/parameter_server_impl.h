@@ -129,6 +129,11 @@ struct PushContext {
   uint64_t incarnation = 0;
   const PushTag* tag = nullptr;  // null for an untagged push
 };
+// Sync: a second untagged gradient of one worker for one step is refused. A tagged one sent
+// again (its answer was lost) is a duplicate instead, dropped when applied.
+inline bool OnePerStep(const PushContext& ctx) {
+  return ctx.mode == Mode::kSync && ctx.tag == nullptr;
+}
 // What applying one gradient did: dropped as stale (sync), dropped as a duplicate (a tagged
 // batch already applied), and whether the variable or table changed version.
 struct ApplyResult {
@@ -236,8 +241,8 @@ class ParameterServerImpl final : public ParameterServer {
   // The checks of a lookup before any row is read; fills `slices` in request order.
   absl::Status ValidateLookup(const LookupRequest& req, std::vector<TableSlice>* slices);
   // The checks of one sparse gradient (after ParseKeys) against its table.
-  absl::Status ValidateGradient(const SparseGradient& g, Mode mode, int task, uint64_t incarnation,
-                                TableSlice* slice);
+  absl::Status ValidateGradient(const SparseGradient& g, bool one_per_step, int task,
+                                uint64_t incarnation, TableSlice* slice);
   // sync: every table at min_version or later, all at one step; and what a wait still lacks.
   bool TablesReady(const std::vector<TableSlice>& slices, uint64_t min_version);
   std::string TablesWaitReason(const std::vector<TableSlice>& slices, uint64_t min_version);

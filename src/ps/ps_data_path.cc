@@ -156,7 +156,6 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
     return s;
   }
   const PushContext ctx = ContextOf(req);
-  const Mode mode = ctx.mode;
   const int task = ctx.task;
   const uint64_t incarnation = ctx.incarnation;
 
@@ -186,7 +185,7 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
             absl::StrCat(what, " was computed from version ", g.read_version(),
                          " but the variable is at version ", version, " on ", Where()));
       }
-      if (mode == Mode::kSync && g.read_version() == version) {
+      if (OnePerStep(ctx) && g.read_version() == version) {
         for (const auto& c : (*var)->contributors) {
           if (c == std::make_pair(task, incarnation)) {
             return absl::InvalidArgumentError(absl::StrCat(

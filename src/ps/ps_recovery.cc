@@ -30,7 +30,8 @@ absl::Status ParameterServerImpl::Reset(const ResetRequest& req, ResetResponse* 
     absl::WriterMutexLock lock(&tables_mu_);
     tables_.clear();
   }
-  consistency_.Reset(absl::StrCat("the chief reset ", Where(), " (the job rolls back)"));
+  consistency_.Reset(
+      absl::StrCat("the chief reset ", Where(), ": this generation is over (the job rolls back)"));
   return absl::OkStatus();
 }
 

@@ -25,8 +25,9 @@ std::string FloatCount(size_t got) {
 
 }  // namespace
 
-absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode mode, int task,
-                                                   uint64_t incarnation, TableSlice* slice) {
+absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, bool one_per_step,
+                                                   int task, uint64_t incarnation,
+                                                   TableSlice* slice) {
   Table* table = slice->table.get();
   const int dim = table->rows->dim();
   const int64_t floats = slice->n * dim;  // at most kMaxKeysPerRequest * kMaxTableDim
@@ -50,7 +51,7 @@ absl::Status ParameterServerImpl::ValidateGradient(const SparseGradient& g, Mode
           absl::StrCat(TableWhere(g.table()), ": the gradient was computed from version ",
                        g.read_version(), " but the table is at version ", version));
     }
-    if (mode == Mode::kSync && g.read_version() == version) {
+    if (one_per_step && g.read_version() == version) {
       for (const auto& c : table->contributors) {
         if (c == std::make_pair(task, incarnation)) {
           return absl::InvalidArgumentError(absl::StrCat(TableWhere(g.table()), ": worker:", task,
@@ -85,7 +86,8 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
   for (int i = 0; i < n; ++i) {
     const SparseGradient& g = req.gradients(i);
     if (absl::Status s = ParseKeys(g.table(), g.keys(), "push", &slices[i]); !s.ok()) return s;
-    if (absl::Status s = ValidateGradient(g, ctx.mode, ctx.task, ctx.incarnation, &slices[i]);
+    if (absl::Status s =
+            ValidateGradient(g, OnePerStep(ctx), ctx.task, ctx.incarnation, &slices[i]);
         !s.ok()) {
       return s;
     }

@@ -121,6 +121,9 @@ void WritePs(ParameterServer* ps, PrometheusText* out) {
                s.stale_dropped());
   out->Counter("pstrain_ps_nonfinite_rejected_total", "Pushes refused for a NaN or Inf.",
                s.nonfinite_rejected());
+  out->Counter("pstrain_ps_duplicates_dropped_total",
+               "Tagged pushes of a batch already applied (a redone task), not applied again.",
+               s.duplicates_dropped());
   out->Counter("pstrain_ps_pulls_waited_total",
                "Pulls and lookups that waited (sync step or ssp clock).", s.pulls_waited());
   out->Gauge("pstrain_ps_max_clock_gap", "SSP: the largest clock gap a pull was served at.",
