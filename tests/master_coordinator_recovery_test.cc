@@ -4,6 +4,7 @@
 // register_again, and the failures carried in the ledger's JSON.
 #include <string>
 
+#include "coordinator_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/coordinator.h"
@@ -15,23 +16,6 @@ using ::testing::HasSubstr;
 using ::testing::Optional;
 
 constexpr LedgerShape kShape{100, 10, 1, 1};  // 10 tasks, one worker
-
-Sender Task(const std::string& job, int task, uint64_t incarnation, uint64_t generation = 0) {
-  Sender s;
-  s.set_job(job);
-  s.set_task(task);
-  s.set_incarnation(incarnation);
-  s.set_generation(generation);
-  return s;
-}
-
-absl::Status Register(Coordinator& c, const Sender& s) {
-  RegisterRequest req;
-  *req.mutable_sender() = s;
-  req.set_address("127.0.0.1:1");
-  RegisterResponse resp;
-  return c.Register(req, &resp);
-}
 
 absl::StatusOr<TaskAssignment> Next(Coordinator& c, const Sender& s) {
   NextTaskRequest req;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/coordinator.h"
@@ -13,22 +14,6 @@ namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-Sender Task(const std::string& job, int task, uint64_t incarnation) {
-  Sender s;
-  s.set_job(job);
-  s.set_task(task);
-  s.set_incarnation(incarnation);
-  return s;
-}
-
-absl::Status Register(Coordinator& c, const Sender& s) {
-  RegisterRequest req;
-  *req.mutable_sender() = s;
-  req.set_address("127.0.0.1:1");
-  RegisterResponse resp;
-  return c.Register(req, &resp);
-}
 
 absl::StatusOr<NextTaskResponse> Next(Coordinator& c, const Sender& s) {
   NextTaskRequest req;

@@ -156,7 +156,10 @@ TEST(TaskLedgerTest, BadRequestsAreRefusedAndChangeNothing) {
   r.id = 10;
   EXPECT_THAT(l.Done(0, 1, r, kT0).message(), HasSubstr("task 10 is not in [0, 10)"));
   r = ReportOf(t);
-  r.examples = 9;
+  r.examples = 11;  // more examples than rows (fewer are fine: a header, a bad line skipped)
+  EXPECT_THAT(l.Done(0, 1, r, kT0).message(), HasSubstr("has 10 rows"));
+  r = ReportOf(t);
+  r.steps = r.examples + 1;  // more steps than examples
   EXPECT_THAT(l.Done(0, 1, r, kT0).message(), HasSubstr("has 10 rows"));
   r = ReportOf(t);
   r.steps = 0;

@@ -20,6 +20,9 @@ struct Examples {
   std::vector<int32_t> sparse_fields;  // the column it came from (0 when there is one)
   std::vector<float> labels;           // one per row
   int64_t bad_lines_skipped = 0;       // lines a reader dropped as malformed
+  // Per row, the record (counted from the file's first) it was read from, once some record gave
+  // no row (a header, a bad line skipped); empty while row r is record `first_record + r`.
+  std::vector<int64_t> records;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   const float* dense_row(int64_t r) const { return dense.data() + r * dense_dim; }
@@ -45,6 +48,7 @@ struct Examples {
     sparse_values.clear();
     sparse_fields.clear();
     labels.clear();
+    records.clear();
   }
 };
 

@@ -3,7 +3,9 @@
 // and counted (TextOptions::bad_lines).
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -90,6 +92,17 @@ class TableBuilder {
     out_.sparse_values.resize(keep);
     out_.sparse_fields.resize(keep);
   }
+  // The row just finished came from `record`: kept in `records` once rows and records part
+  // (before that, row r is record first + r).
+  void RowFrom(int64_t record, int64_t first) {
+    const int64_t row = out_.size() - 1;
+    if (out_.records.empty() && record == first + row) return;
+    if (out_.records.empty()) {
+      out_.records.resize(row);
+      std::iota(out_.records.begin(), out_.records.end(), first);
+    }
+    out_.records.push_back(record);
+  }
   Examples Finish(int64_t skipped) {
     out_.bad_lines_skipped = skipped;
     return std::move(out_);
@@ -114,6 +127,7 @@ absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& o
     if (IsBlank(line)) continue;
     if (++record < options.first_record) continue;
     absl::StatusOr<bool> row = parse_line(line, in.number());
+    if (row.ok() && *row) table->RowFrom(record, std::max<int64_t>(options.first_record, 0));
     if (!row.ok()) {
       table->DropRow();
       if (options.bad_lines == TextOptions::BadLines::kStop) {

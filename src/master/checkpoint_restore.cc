@@ -118,10 +118,13 @@ void ReconcileLedger(LoadedCheckpoint* ckpt) {
     for (size_t id = 0; epochs[e].is_array() && id < epochs[e].size(); ++id) {
       nlohmann::json& t = epochs[e][id];
       if (!t.is_object() || t.value("state", "") != "applied") continue;
+      const int64_t steps = t.value("steps", int64_t{0});
       const auto it = cut.find({static_cast<int>(e), static_cast<int64_t>(id)});
-      if (it != cut.end() && it->second >= t.value("steps", int64_t{0})) continue;
+      if (steps == 0 || (it != cut.end() && it->second >= steps)) continue;  // whole in the cut
+      // Not applied in the parameters the cut holds: pending, and its application undone.
       t["state"] = "pending";
       t["worker"] = -1;
+      if (t.value("applications", 0) > 0) t["applications"] = t["applications"].get<int>() - 1;
       ++rewritten;
     }
   }

@@ -5,6 +5,7 @@
 // task watermarks; docs/recovery.md).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/rpc.h"
 #include "master/checkpoints.h"
@@ -42,6 +44,20 @@ absl::Status CallWithRetry(absl::Duration timeout, const std::string& what, cons
   });
 }
 
+// As CallWithRetry, also retrying PermissionDenied for a while: a task that registered with
+// this (restarted) chief may not have read its answer yet, and then still obeys the old chief.
+template <typename Rpc>
+absl::Status CallAsNewChief(absl::Duration timeout, const std::string& what,
+                            const std::string& task, Rpc rpc) {
+  constexpr absl::Duration kLearnChief = absl::Seconds(10), kLongestPause = absl::Milliseconds(500);
+  const absl::Time end = absl::Now() + std::min(timeout, kLearnChief);
+  for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLongestPause)) {
+    absl::Status s = CallWithRetry(timeout, what, task, rpc);
+    if (!absl::IsPermissionDenied(s) || absl::Now() + pause > end) return s;
+    absl::SleepFor(pause);
+  }
+}
+
 // Cancelled("stopped by <reason>"): the job was stopped (RequestJobStop, Coordinator::Abort).
 absl::Status Stopped(const std::string& reason);
 
@@ -52,9 +68,12 @@ void DropWatermarks(LoadedCheckpoint* ckpt);
 // "" if every shard and table of `applied` (one AppliedTasks answer per PS) has applied every
 // batch of every task of `shape` with `batch` rows per batch, once; else the first that has
 // not, by PS, shard or table, epoch and task. `shards` and `tables`: how many of each the job
-// created (tables per PS).
-std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
-                            const LedgerShape& shape, int batch, int64_t shards, int64_t tables);
+// created (tables per PS). `batches_of(epoch, task)`, if set, is how many batches a task has
+// (the steps its worker reported: fewer when records gave no example); else all its rows'.
+std::string CheckWatermarks(
+    const std::vector<AppliedTasksResponse>& applied, const LedgerShape& shape, int batch,
+    int64_t shards, int64_t tables,
+    const std::function<int64_t(int epoch, int64_t task)>& batches_of = nullptr);
 
 class Job {
  public:

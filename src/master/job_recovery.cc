@@ -21,7 +21,8 @@ void DropWatermarks(LoadedCheckpoint* ckpt) {
 }
 
 std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
-                            const LedgerShape& shape, int batch, int64_t shards, int64_t tables) {
+                            const LedgerShape& shape, int batch, int64_t shards, int64_t tables,
+                            const std::function<int64_t(int epoch, int64_t task)>& batches_of) {
   const int64_t tasks_per_epoch = (shape.rows + shape.task_rows - 1) / shape.task_rows;
   int64_t shards_seen = 0, tables_seen = 0;
   for (size_t p = 0; p < applied.size(); ++p) {
@@ -43,7 +44,7 @@ std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
         for (int e = 0; e < shape.epochs; ++e) {
           for (int64_t t = 0; t < tasks_per_epoch; ++t) {
             const int64_t rows = std::min(shape.task_rows, shape.rows - t * shape.task_rows);
-            const int64_t want = (rows + batch - 1) / batch;
+            const int64_t want = batches_of ? batches_of(e, t) : (rows + batch - 1) / batch;
             const auto it = marks.find({e, t});
             const int64_t got = it == marks.end() ? 0 : it->second;
             if (got != want) {
@@ -100,29 +101,15 @@ absl::Status Job::BeginGeneration(LoadedCheckpoint* ckpt) {
   return absl::OkStatus();
 }
 
-namespace {
-// How long a PS may take to learn a restarted chief from its Register answer, and the longest
-// pause between two tries.
-constexpr absl::Duration kLearnChief = absl::Seconds(10);
-constexpr absl::Duration kLearnStep = absl::Milliseconds(500);
-}  // namespace
-
 absl::Status Job::ResetPs(absl::Duration timeout) {
   if (!Recovery()) return absl::OkStatus();
   ResetRequest req;
   *req.mutable_sender() = Chief();
   for (size_t t = 0; t < ps_.size(); ++t) {
     ResetResponse resp;
-    // A PS that registered with this (restarted) chief may not have read its answer yet, and
-    // then still obeys the old chief: PermissionDenied is retried for a while too.
-    const absl::Time end = absl::Now() + std::min(timeout, kLearnChief);
-    absl::Status s;
-    for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLearnStep)) {
-      s = CallWithRetry(timeout, "Reset", TaskName("ps", t),
-                        [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
-      if (!absl::IsPermissionDenied(s) || absl::Now() + pause > end) break;
-      absl::SleepFor(pause);
-    }
+    absl::Status s =
+        CallAsNewChief(timeout, "Reset", TaskName("ps", t),
+                       [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -247,8 +234,13 @@ absl::StatusOr<std::string> Job::CheckApplied() {
         [&](grpc::ClientContext* ctx) { return ps_[t]->AppliedTasks(ctx, req, &applied[t]); });
     if (!s.ok()) return s;
   }
+  // Every task is applied by now (the ledger's check ran first): its steps are its batches.
+  const nlohmann::json ledger = coordinator_->LedgerJson();
+  auto batches_of = [&ledger](int e, int64_t t) -> int64_t {
+    return ledger.at("ledger").at(e).at(t).at("steps").get<int64_t>();
+  };
   return CheckWatermarks(applied, Shape(), config_.batch_size, placer_->NumShards(),
-                         static_cast<int64_t>(model_job_->model().tables().size()));
+                         static_cast<int64_t>(model_job_->model().tables().size()), batches_of);
 }
 
 void Job::LedgerTotals(JobResult* result) {

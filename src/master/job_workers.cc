@@ -127,7 +127,9 @@ absl::Status Job::StartWorkers(int64_t* bad_lines_skipped) {
     StartTrainingResponse resp;
     if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
     started_[t] = registered[t].incarnation();
-    *bad_lines_skipped += resp.bad_lines_skipped();
+    // With the task queue every worker reads every record: each skipped the same lines.
+    *bad_lines_skipped = spec_.task_queue() ? std::max(*bad_lines_skipped, resp.bad_lines_skipped())
+                                            : *bad_lines_skipped + resp.bad_lines_skipped();
   }
   return absl::OkStatus();
 }
@@ -143,7 +145,7 @@ absl::Status Job::StartWorker(size_t t, StartTrainingResponse* resp) {
   if (static_cast<int>(t) == config_.slow_worker) {
     req.mutable_spec()->set_step_delay_ms(config_.slow_worker_delay_ms);
   }
-  return CallWithRetry(
+  return CallAsNewChief(
       config_.rpc_timeout, "StartTraining", TaskName("worker", t),
       [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, resp); });
 }

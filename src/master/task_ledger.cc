@@ -165,7 +165,10 @@ absl::Status TaskLedger::Done(int worker, uint64_t incarnation, const TaskReport
   const int64_t index = r.epoch * tasks_per_epoch_ + r.id;
   const TaskRef ref = RefOf(index);
   const int64_t rows = ref.end - ref.begin;
-  if (r.examples != rows || r.steps < 1 || r.steps > rows) {
+  // Every record of the task was read; a header or a bad line skipped gives no example, and a
+  // task of no examples has no step.
+  if (r.examples < 0 || r.examples > rows || r.steps < 0 || r.steps > r.examples ||
+      (r.examples > 0) != (r.steps > 0)) {
     return Bad("task done from ", task, ": task ", r.id, " of epoch ", r.epoch, " has ", rows,
                " rows; the report says ", r.examples, " examples in ", r.steps, " steps");
   }

@@ -85,7 +85,8 @@ class TaskLedger {
   // The worker finished the task it holds: it is applied. The same report again from the worker
   // that applied it is a harmless retry. Refused (FailedPrecondition, nothing changes): a task
   // the worker does not hold; InvalidArgument: an unknown epoch or task, counts that do not fit
-  // the task (examples must be its rows, steps in [1, rows]).
+  // the task (examples at most its rows: a header or a skipped bad line gives none; steps in [1,
+  // examples], none without examples).
   absl::Status Done(int worker, uint64_t incarnation, const TaskReport& report, absl::Time now);
   // Declares dead every live worker silent since before `now - heartbeat_timeout` that has not
   // finished; their tasks go back to the front of the queue. Returns the workers declared dead.

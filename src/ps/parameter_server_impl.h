@@ -138,6 +138,12 @@ inline bool OnePerStep(const PushContext& ctx) {
 // batch already applied), and whether the variable or table changed version.
 struct ApplyResult {
   bool dropped = false, duplicate = false, updated = false;
+  // What any of a request's gradients did.
+  void Add(const ApplyResult& r) {
+    dropped |= r.dropped;
+    duplicate |= r.duplicate;
+    updated |= r.updated;
+  }
 };
 
 // See parameter_server.cc for the locks and their order.

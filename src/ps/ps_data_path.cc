@@ -204,9 +204,7 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
     ApplyResult r;
     resp->add_versions(ApplyOne(vars[i].get(), req.gradients(i), grads[i], ctx, &r));
     if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
-    any.dropped |= r.dropped;
-    any.duplicate |= r.duplicate;
-    any.updated |= r.updated;
+    any.Add(r);
   }
   CountPush(req.sender(), any);
   return absl::OkStatus();

@@ -99,9 +99,7 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
     ApplyResult r;
     resp->add_versions(ApplySparse(slices[i], req.gradients(i).read_version(), ctx, &r));
     if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
-    any.dropped |= r.dropped;
-    any.duplicate |= r.duplicate;
-    any.updated |= r.updated;
+    any.Add(r);
   }
   CountPush(req.sender(), any);
   return absl::OkStatus();

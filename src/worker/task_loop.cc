@@ -47,8 +47,20 @@ std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed) {
   return order;
 }
 
-void TrainOnTasks(const TrainingSpec& spec, int64_t rows, const TrainerOptions& options,
+std::vector<int64_t> RowsOfRecords(const std::vector<int64_t>& records, const Examples& data) {
+  if (data.records.empty()) return records;  // row r is record r
+  std::vector<int64_t> rows;
+  rows.reserve(records.size());
+  for (int64_t r : records) {
+    const auto at = std::lower_bound(data.records.begin(), data.records.end(), r);
+    if (at != data.records.end() && *at == r) rows.push_back(at - data.records.begin());
+  }
+  return rows;
+}
+
+void TrainOnTasks(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options,
                   Stepper* stepper) {
+  const int64_t records = spec.train_records();
   // Sync and ssp: a worker with no task must not hold back the others' steps or clocks.
   const bool pause_when_waiting = spec.mode() == "sync" || spec.mode() == "ssp";
   bool paused = false;
@@ -68,12 +80,12 @@ void TrainOnTasks(const TrainingSpec& spec, int64_t rows, const TrainerOptions& 
     }
     paused = false;  // the next push rejoins
     const TaskAssignment& t = next->task();
-    if (t.begin() < 0 || t.end() <= t.begin() || t.end() > rows) {
+    if (t.begin() < 0 || t.end() <= t.begin() || t.end() > records) {
       return stepper->Fail(absl::InvalidArgumentError(
           absl::StrCat("the chief handed out rows [", t.begin(), ", ", t.end(), ") of task ",
-                       t.task(), "; the data has ", rows)));
+                       t.task(), "; the data has ", records)));
     }
-    const std::vector<int64_t> order = TaskOrder(t, options.job_seed);
+    const std::vector<int64_t> order = RowsOfRecords(TaskOrder(t, options.job_seed), data);
     const int64_t steps_before = stepper->steps();
     PushTag tag;
     tag.set_epoch(t.epoch());

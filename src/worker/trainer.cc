@@ -153,7 +153,7 @@ absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
 
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options) {
   Stepper stepper(spec, data, options);
-  if (spec.task_queue()) return TrainOnTasks(spec, data.size(), options, &stepper);
+  if (spec.task_queue()) return TrainOnTasks(spec, data, options, &stepper);
   // Async and ssp: `epochs` passes over the shard. Sync: passes until the global step reaches
   // total_steps, since dropped (stale) gradients do not count towards it.
   const bool sync = spec.mode() == "sync";

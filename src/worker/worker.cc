@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -87,7 +86,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
           absl::Status s;
           {
             absl::MutexLock lock(&mu_);
-            s = CheckChief(q.sender(), "Shutdown", /*may_switch=*/false);
+            s = CheckChief(q.sender(), "Shutdown");
             if (s.ok()) {
               shutting_down_ = true;
               // A pull or push in flight must not hold the worker up.
@@ -131,7 +130,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     std::optional<absl::Status> outcome;
     {
       absl::MutexLock lock(&mu_);
-      absl::Status refused = CheckChief(req.sender(), "StartTraining", /*may_switch=*/true);
+      absl::Status refused = CheckChief(req.sender(), "StartTraining");
       if (refused.ok() && shutting_down_) {
         refused = absl::CancelledError("StartTraining refused: the worker is shutting down");
       }
@@ -171,9 +170,10 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     if (outcome) done(*outcome);
   }
 
-  // Only the chief this worker obeys may start or stop it. With `may_switch` a chief of a new
-  // incarnation (a restarted chief) is obeyed from now on; an incarnation it replaced never is.
-  absl::Status CheckChief(const Sender& sender, const std::string& method, bool may_switch)
+  // Only the chief this worker obeys may start or stop it: the first to call, until a Register
+  // answer (of the chief's own address) names it (ExpectChief), which alone switches to a
+  // restarted chief; a caller's claim to be a new chief is not believed.
+  absl::Status CheckChief(const Sender& sender, const std::string& method)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::string me = TaskName("worker", options_.task);
     if (sender.job() != "chief" || sender.task() != 0) {
@@ -183,18 +183,13 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     }
     if (chief_incarnation_ == 0) chief_incarnation_ = sender.incarnation();
     if (sender.incarnation() == chief_incarnation_) return absl::OkStatus();
-    if (!may_switch || former_chiefs_.contains(sender.incarnation())) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(method, " from chief incarnation ", sender.incarnation(), " refused by ", me,
-                       ": it obeys chief incarnation ", chief_incarnation_));
-    }
-    SwitchChief(sender.incarnation());
-    return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat(method, " from chief incarnation ", sender.incarnation(), " refused by ", me,
+                     ": it obeys chief incarnation ", chief_incarnation_));
   }
 
   void SwitchChief(uint64_t incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (chief_incarnation_ != 0) {
-      former_chiefs_.insert(chief_incarnation_);
       spdlog::info("{} now obeys chief incarnation {} (was {})", TaskName("worker", options_.task),
                    incarnation, chief_incarnation_);
     }
@@ -386,8 +381,7 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
 
   absl::Mutex mu_;
   uint64_t chief_incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not known yet
-  absl::flat_hash_set<uint64_t> former_chiefs_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Run> run_ ABSL_GUARDED_BY(mu_);  // the latest run (running or ended)
+  std::unique_ptr<Run> run_ ABSL_GUARDED_BY(mu_);        // the latest run (running or ended)
 
   ShardCache shards_;  // the data of the runs
 
