@@ -129,7 +129,8 @@ TEST_F(PsRecoveryTest, WatermarksGoThroughACheckpointAndImport) {
   EXPECT_EQ(GetStats().duplicates_dropped(), 2);
 }
 
-// Reset drops everything (waiting pulls end FailedPrecondition, naming the generation); Configure and the creates work again.
+// Reset drops everything (waiting pulls end FailedPrecondition, naming the generation); Configure
+// and the creates work again.
 TEST_F(PsRecoveryTest, ResetBringsThePsBackToAFreshStart) {
   ConfigureRequest config = Config("sync", 2, 2, 0, 30, {});
   config.set_generation(1);

@@ -1,13 +1,12 @@
 // Coordinator: barriers (Barrier, their release, the sweep that withdraws arrivals whose caller
 // gave up) and what a barrier says of the workers that have not arrived.
-#include "master/coordinator.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "master/coordinator.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
