@@ -81,7 +81,7 @@ TEST_F(FaultTest, InterruptedOrTerminatedLaunchStopsEveryProcess) {
     Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "2", "--workers", "2", "--data",
                           MnistDir(), "--epochs", "50"});
     // Wait until training runs (the chief prints progress), then stop it.
-    WaitForText(p.err_path, "epoch");
+    WaitForText(p.err_path, "examples/s");  // training: a progress line
     kill(p.pid, sig);
     Result r = Wait(p, 30);
     EXPECT_EQ(r.exit_code, 128 + sig) << r.err;
@@ -93,7 +93,7 @@ TEST_F(FaultTest, InterruptedOrTerminatedLaunchStopsEveryProcess) {
 TEST_F(FaultTest, DeadWorkerEndsTheLaunchWithItsName) {
   Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data",
                         MnistDir(), "--epochs", "50", "--restart_failed=false"});
-  WaitForText(p.err_path, "epoch");
+  WaitForText(p.err_path, "examples/s");  // training: a progress line
   const pid_t worker = ChildOf("worker", 1);
   ASSERT_GT(worker, 0);
   kill(worker, SIGKILL);
@@ -111,7 +111,7 @@ TEST_F(FaultTest, TasksExitWhenTheChiefIsGone) {
       {"--connect_timeout", "3", "--data", MnistDir(), "--epochs", "50", "--task_timeout", "5"}));
   Proc ps = StartTagged(Server(cluster, "ps", 0, {"--connect_timeout", "3"}));
   Proc worker = StartTagged(Server(cluster, "worker", 0, {"--connect_timeout", "3"}));
-  WaitForText(chief.err_path, "epoch");
+  WaitForText(chief.err_path, "examples/s");  // training: a progress line
   kill(chief.pid, SIGKILL);
   Wait(chief, 5);
   Result w = Wait(worker, 30);
@@ -129,7 +129,7 @@ TEST_F(FaultTest, KilledLauncherLeavesNothingBehind) {
   const std::vector<std::string> before = LaunchLeftovers();
   Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "1", "--data",
                         MnistDir(), "--epochs", "50"});
-  WaitForText(p.err_path, "epoch");
+  WaitForText(p.err_path, "examples/s");  // training: a progress line
   kill(p.pid, SIGKILL);
   Wait(p, 10);
   EXPECT_EQ(LaunchLeftovers(), before);
@@ -142,7 +142,7 @@ TEST_F(FaultTest, TerminatedChiefShutsEveryTaskDown) {
   Proc chief = StartTagged(Server(cluster, "chief", 0, {"--data", MnistDir(), "--epochs", "50"}));
   Proc ps = StartTagged(Server(cluster, "ps", 0));
   Proc worker = StartTagged(Server(cluster, "worker", 0));
-  WaitForText(chief.err_path, "epoch");
+  WaitForText(chief.err_path, "examples/s");  // training: a progress line
   kill(chief.pid, SIGTERM);
   Result c = Wait(chief, 30);
   Result w = Wait(worker, 30);
@@ -187,7 +187,7 @@ TEST_F(FaultTest, RestartedWorkerIsRefusedAndExits) {
   Proc ps = StartTagged(Server(cluster, "ps", 0));
   Proc w0 = StartTagged(Server(cluster, "worker", 0));
   Proc w1 = StartTagged(Server(cluster, "worker", 1));
-  WaitForText(chief.err_path, "epoch");
+  WaitForText(chief.err_path, "examples/s");  // training: a progress line
   kill(w1.pid, SIGKILL);
   Wait(w1, 5);
   Result again = RunTagged(Server(cluster, "worker", 1), {}, 30);
@@ -203,7 +203,7 @@ TEST_F(FaultTest, RestartedWorkerIsRefusedAndExits) {
 TEST_F(FaultTest, PausedChiefDoesNotEndTheJob) {
   Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "2", "--data",
                         MnistDir(), "--epochs", "3", "--hidden", "32", "--batch", "32"});
-  WaitForText(p.err_path, "epoch");
+  WaitForText(p.err_path, "examples/s");  // training: a progress line
   const pid_t chief = ChildOf("chief", 0);
   ASSERT_GT(chief, 0);
   kill(chief, SIGSTOP);
