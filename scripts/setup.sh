@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what pstrain needs on Debian 12 and fetches the data. Idempotent: a second run changes
 # nothing and takes a second.
-#   setup.sh demo   build tools and libraries for the pstrain binary (with cpp-httplib and
-#                   OpenSSL) and the Python module
+#   setup.sh demo   build tools and libraries for the pstrain binary (with cpp-httplib,
+#                   OpenSSL and UCX) and the Python module
 #                   (pybind11, Python headers, NumPy), and MNIST (the default)
 #   setup.sh test   also what the tests and benchmarks need: GoogleTest, Google Benchmark,
 #                   Fashion-MNIST, PyTorch (optimizer reference tests), pytest and
 #                   Python gRPC (the probe tests), YAML, Prometheus, Chromium and
-#                   iproute2 (the operations tests)
+#                   iproute2 (the operations tests), OpenBLAS for PyTorch and perf (the
+#                   benchmarks' baselines and profiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,10 +17,11 @@ DEMO_PACKAGES=(build-essential cmake pkg-config
                libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
                libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
                pybind11-dev python3-dev python3-numpy npm libcpp-httplib-dev libssl-dev
-               libxxhash-dev)
+               libxxhash-dev libucx-dev)
 TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
                python3-torch python3-pytest python3-grpcio python3-protobuf
-               python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl)
+               python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl
+               libopenblas0-pthread linux-perf)
 case "$WHAT" in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
   test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cli/bench.h"
 #include "cli/gen_certs.h"
 #include "cli/gen_criteo.h"
 #include "cli/training_flags.h"
@@ -205,6 +206,7 @@ int main(int argc, char** argv) {
 
   pstrain::GenCriteoCommand gen_criteo(&app);
   pstrain::GenCertsCommand gen_certs(&app);
+  pstrain::BenchCommand bench(&app);
 
   std::vector<std::string> args(argv + 1, argv + argc);
   // `pstrain launch [flags] -- COMMAND ARGS...`: what follows "--" is the workers' command, and
@@ -222,12 +224,13 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> parse_argv = {argv[0]};
   for (std::string& a : args) parse_argv.push_back(a.data());
-  const std::vector<std::string> commands = {"server", "launch", "gen-criteo", "gen-certs"};
+  const std::vector<std::string> commands = {"server", "launch", "gen-criteo", "gen-certs",
+                                             "bench"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     Print("pstrain", "error",
           absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
-                       " (commands: server, launch, gen-criteo, gen-certs)"));
+                       " (commands: server, launch, gen-criteo, gen-certs, bench)"));
     return 2;
   }
   try {
@@ -243,6 +246,7 @@ int main(int argc, char** argv) {
                           : *srv                ? srv
                           : gen_criteo.chosen() ? gen_criteo.app()
                           : gen_certs.chosen()  ? gen_certs.app()
+                          : bench.chosen()      ? bench.app()
                                                 : &app;
     const std::string command = sub == &app ? "pstrain" : "pstrain " + sub->get_name();
     std::string unknown = UnknownFlag(
@@ -253,6 +257,7 @@ int main(int argc, char** argv) {
 
   if (gen_criteo.chosen()) return gen_criteo.Run();
   if (gen_certs.chosen()) return gen_certs.Run();
+  if (bench.chosen()) return bench.Run(SelfPath(argv[0]));
 
   if (*lch) {
     const std::string command = "pstrain launch";

@@ -86,6 +86,10 @@ class PsClient {
   // Counters of every PS task, by task.
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
+  // The element type gradients travel in: DT_FLOAT (the default), DT_HALF or DT_BFLOAT16
+  // (common/half.h; the PS widens them to float32). Set it before the first Push.
+  void set_push_dtype(DataType dtype) { push_dtype_ = dtype; }
+
   const std::vector<VariableRef>& variables() const { return variables_; }
   // Calls in flight or started later end with Cancelled once `canceller` is cancelled (not
   // owned; it must outlive this client). Set it before the first call.
@@ -104,6 +108,7 @@ class PsClient {
   absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
   const std::vector<VariableRef> variables_;
   const Sender sender_;
+  DataType push_dtype_ = DT_FLOAT;
   PsPeers peers_;
   absl::Status unsendable_;                      // a shard too large for one request
   std::vector<Batch> batches_;                   // every request of a Pull (and of a Push)

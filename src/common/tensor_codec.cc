@@ -45,7 +45,8 @@ absl::StatusOr<int64_t> TensorBytes(const std::vector<int64_t>& shape) {
   return *bytes;
 }
 
-static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape) {
+static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape,
+                               int64_t data_bytes) {
   if (p.dtype() != DT_FLOAT) {
     const std::string& name = DataType_Name(p.dtype());
     if (!DataType_IsValid(p.dtype()) || name.empty()) {
@@ -63,33 +64,42 @@ static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape
   shape->assign(p.shape().begin(), p.shape().end());
   absl::StatusOr<int64_t> want = TensorBytes(*shape);
   if (!want.ok()) return want.status();
-  if (static_cast<int64_t>(p.data().size()) != *want) {
+  if (data_bytes != *want) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(*shape),
                                                    " needs ", *want, " bytes of data, got ",
-                                                   p.data().size()));
+                                                   data_bytes));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p) {
   Tensor t;
-  if (absl::Status s = CheckProto(p, &t.shape); !s.ok()) return s;
+  if (absl::Status s = CheckProto(p, &t.shape, p.data().size()); !s.ok()) return s;
   t.values.resize(p.data().size() / sizeof(float));
   if (!t.values.empty()) std::memcpy(t.values.data(), p.data().data(), p.data().size());
   return t;
 }
 
-absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,
-                                        const std::string& what) {
+absl::StatusOr<const float*> TensorData(const TensorProto& p, const void* data, int64_t size,
+                                        const std::vector<int64_t>& want, const std::string& what) {
+  if (data != p.data().data() && !p.data().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": its data is both in the message and out of line"));
+  }
   std::vector<int64_t> shape;
-  if (absl::Status s = CheckProto(p, &shape); !s.ok()) {
+  if (absl::Status s = CheckProto(p, &shape, size); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
   }
   if (shape != want) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": shape ", ShapeString(shape), " does not match ", ShapeString(want)));
   }
-  return reinterpret_cast<const float*>(p.data().data());
+  return static_cast<const float*>(data);
+}
+
+absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,
+                                        const std::string& what) {
+  return TensorData(p, p.data().data(), static_cast<int64_t>(p.data().size()), want, what);
 }
 
 }  // namespace pstrain

@@ -29,5 +29,9 @@ absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p);
 // The pointer is valid while `p` is; `what` names the tensor in error messages.
 absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,
                                         const std::string& what);
+// The same for a tensor whose `size` bytes at `data` travelled outside the message (the data
+// plane): `p` carries dtype and shape and no data (InvalidArgument if it has data too).
+absl::StatusOr<const float*> TensorData(const TensorProto& p, const void* data, int64_t size,
+                                        const std::vector<int64_t>& want, const std::string& what);
 
 }  // namespace pstrain

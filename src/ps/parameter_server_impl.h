@@ -159,9 +159,12 @@ class ParameterServerImpl final : public ParameterServer {
                                CreateVariablesResponse* resp) override;
   absl::Status DeleteVariables(const DeleteVariablesRequest& req,
                                DeleteVariablesResponse* resp) override;
-  void PullAsync(const PullRequest& req, PullResponse* resp,
+  using ParameterServer::PullAsync;
+  using ParameterServer::Push;
+  void PullAsync(const PullRequest& req, PullResponse* resp, DataHandler::PullSink sink,
                  std::function<void(absl::Status)> done) override;
-  absl::Status Push(const PushRequest& req, PushResponse* resp) override;
+  absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
+                    PushResponse* resp) override;
   absl::Status CreateTables(const CreateTablesRequest& req, CreateTablesResponse* resp) override;
   void LookupAsync(const LookupRequest& req, LookupResponse* resp,
                    std::function<void(absl::Status)> done) override;
@@ -175,6 +178,8 @@ class ParameterServerImpl final : public ParameterServer {
   absl::Status Import(const ImportRequest& req, ImportResponse* resp) override;
   absl::Status Reset(const ResetRequest& req, ResetResponse* resp) override;
   absl::Status AppliedTasks(const AppliedTasksRequest& req, AppliedTasksResponse* resp) override;
+  void SetDataPlane(const DataPlaneResponse& info) override;
+  DataPlaneResponse DataPlane() const override;
   void AfterFreeze(std::function<void()> fn) override { checkpoints_.gate()->Run(std::move(fn)); }
 
  private:
@@ -282,6 +287,8 @@ class ParameterServerImpl final : public ParameterServer {
   std::optional<uint64_t> chief_incarnation_ ABSL_GUARDED_BY(chief_mu_);
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, VariablePtr> vars_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex data_plane_mu_;
+  DataPlaneResponse data_plane_ ABSL_GUARDED_BY(data_plane_mu_);
   absl::Mutex tables_mu_;
   absl::flat_hash_map<std::string, TablePtr> tables_ ABSL_GUARDED_BY(tables_mu_);
 };

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "ps.grpc.pb.h"
+#include "transport/transport.h"
 
 namespace pstrain {
 
@@ -69,8 +70,16 @@ class ParameterServer {
   // later from another thread; `resp` must stay valid until then. A wait longer than the
   // configured wait timeout ends with DeadlineExceeded saying what it waited for and, in sync
   // mode, which workers' gradients the step still lacks.
-  virtual void PullAsync(const PullRequest& req, PullResponse* resp,
+  // With a `sink` (the data plane, transport/transport.h), value i's floats are given to
+  // sink(i, values, count) under its variable's lock instead of being copied into `resp`, whose
+  // values then carry name, version, dtype and shape and no data; a sink's error ends the pull
+  // with it.
+  virtual void PullAsync(const PullRequest& req, PullResponse* resp, DataHandler::PullSink sink,
                          std::function<void(absl::Status)> done) = 0;
+  void PullAsync(const PullRequest& req, PullResponse* resp,
+                 std::function<void(absl::Status)> done) {
+    PullAsync(req, resp, nullptr, std::move(done));
+  }
   // PullAsync, waiting for `done`.
   absl::Status Pull(const PullRequest& req, PullResponse* resp);
 
@@ -88,7 +97,12 @@ class ParameterServer {
   // average of its gradients once it has min(replicas_to_aggregate, counting workers) of them. A
   // gradient for an older step is dropped and counted (resp->stale_dropped), not an error. A
   // push from a paused worker makes it count again.
-  virtual absl::Status Push(const PushRequest& req, PushResponse* resp) = 0;
+  // With `out_of_line` (the data plane), gradient i's bytes are out_of_line[i] and its
+  // TensorProto carries dtype and shape and no data (InvalidArgument if it has data too, or if
+  // out_of_line does not hold one entry per gradient); the checks are the same.
+  virtual absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
+                            PushResponse* resp) = 0;
+  absl::Status Push(const PushRequest& req, PushResponse* resp) { return Push(req, {}, resp); }
 
   // Creates each embedding table (proto TableDef), all or none; a table's rows appear when their
   // keys are looked up. Get-or-create: a name that already holds a table with an identical
@@ -174,6 +188,10 @@ class ParameterServer {
   // incarnation stays pinned.
   virtual absl::Status Reset(const ResetRequest& req, ResetResponse* resp) = 0;
   // From the chief only: the task watermarks of every shard and table, each sorted by name.
+  // What DataPlane answers: the transports this PS serves besides gRPC (set at start by the
+  // runtime once they listen). Thread-safe.
+  virtual void SetDataPlane(const DataPlaneResponse& info) = 0;
+  virtual DataPlaneResponse DataPlane() const = 0;
   virtual absl::Status AppliedTasks(const AppliedTasksRequest& req, AppliedTasksResponse* resp) = 0;
   // Ends every waiting pull and lookup with Unavailable and refuses new waits; called before the
   // server stops so no call is left open.
@@ -188,5 +206,9 @@ using ShutdownFn = std::function<void(const std::string& reason, bool job_succee
 // server.
 std::unique_ptr<grpc::Service> MakeParameterServerService(ParameterServer* ps,
                                                           ShutdownFn on_shutdown);
+
+// The data plane's server end over `ps` (which must outlive it): pushes go through
+// ps->AfterFreeze as the gRPC service's do.
+std::unique_ptr<DataHandler> MakeDataHandler(ParameterServer* ps);
 
 }  // namespace pstrain

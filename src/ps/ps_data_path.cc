@@ -99,6 +99,7 @@ std::string ParameterServerImpl::SyncWaitReason(const std::vector<VariablePtr>& 
 }
 
 void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
+                                    DataHandler::PullSink sink,
                                     std::function<void(absl::Status)> done) {
   resp->Clear();
   auto vars = std::make_shared<std::vector<VariablePtr>>();
@@ -120,7 +121,8 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
     if (mode == Mode::kSsp) return consistency_.ClockWaitReason(sender, clock);
     return SyncWaitReason(*vars, *names, min_version);
   };
-  wait.serve = [this, vars, names, resp, done = std::move(done)](absl::Status s) {
+  wait.serve = [this, vars, names, resp, sink = std::move(sink),
+                done = std::move(done)](absl::Status s) {
     if (!s.ok()) return done(s);
     try {
       for (size_t i = 0; i < vars->size(); ++i) {
@@ -135,7 +137,19 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
         VariableValue* out = resp->add_values();
         out->set_name((*names)[i]);
         out->set_version(var->version);
-        EncodeTensor(var->shape, var->values.data(), out->mutable_value());
+        if (!sink) {
+          EncodeTensor(var->shape, var->values.data(), out->mutable_value());
+          continue;
+        }
+        TensorProto* value = out->mutable_value();
+        value->set_dtype(DT_FLOAT);
+        value->mutable_shape()->Assign(var->shape.begin(), var->shape.end());
+        if (absl::Status sunk = sink(static_cast<int>(i), var->values.data(),
+                                     static_cast<int64_t>(var->values.size()));
+            !sunk.ok()) {
+          resp->Clear();
+          return done(sunk);
+        }
       }
     } catch (const std::bad_alloc&) {
       resp->Clear();
@@ -147,8 +161,15 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
   consistency_.PullOrWait(sender, clock, std::move(wait));
 }
 
-absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* resp) {
+absl::Status ParameterServerImpl::Push(const PushRequest& req,
+                                       absl::Span<const ConstBytes> out_of_line,
+                                       PushResponse* resp) {
   resp->Clear();
+  if (!out_of_line.empty() && out_of_line.size() != static_cast<size_t>(req.gradients_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("push of ", req.gradients_size(),
+                                                   " gradients with the data of ",
+                                                   out_of_line.size(), " out of line"));
+  }
   if (absl::Status s = CheckPushRequest(
           req, [](const Gradient& g) -> const std::string& { return g.name(); }, "push", "variable",
           kMaxVariablesPerRequest);
@@ -169,7 +190,10 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req, PushResponse* res
     const std::string what = absl::StrCat("gradient for variable ", Quoted(g.name()));
     absl::StatusOr<VariablePtr> var = Find(g.name());
     if (!var.ok()) return var.status();
-    absl::StatusOr<const float*> data = TensorData(g.gradient(), (*var)->shape, what);
+    absl::StatusOr<const float*> data = out_of_line.empty()
+                                            ? TensorData(g.gradient(), (*var)->shape, what)
+                                            : TensorData(g.gradient(), out_of_line[i].data,
+                                                         out_of_line[i].size, (*var)->shape, what);
     if (!data.ok()) return data.status();
     const int64_t size = (*var)->bytes / static_cast<int64_t>(sizeof(float));
     if (int64_t bad = FirstNonFinite(*data, size); bad >= 0) {

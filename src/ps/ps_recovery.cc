@@ -1,6 +1,6 @@
 // ParameterServerImpl::Reset and ::AppliedTasks: what the chief's recovery (docs/recovery.md)
 // asks of a PS: forget everything for a rollback, and list the task watermarks for the final
-// check that every batch of every task was applied exactly once.
+// check that every batch of every task was applied exactly once. Also the data plane's address.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -60,6 +60,16 @@ absl::Status ParameterServerImpl::AppliedTasks(const AppliedTasksRequest& req,
     table->applied.ToProto(out->mutable_tasks());
   }
   return absl::OkStatus();
+}
+
+void ParameterServerImpl::SetDataPlane(const DataPlaneResponse& info) {
+  absl::MutexLock lock(&data_plane_mu_);
+  data_plane_ = info;
+}
+
+DataPlaneResponse ParameterServerImpl::DataPlane() const {
+  absl::MutexLock lock(&data_plane_mu_);
+  return data_plane_;
 }
 
 }  // namespace pstrain

@@ -20,7 +20,8 @@ namespace {
 
 using Raw = grpc::ByteBuffer;
 using RecoveryMethods = ParameterServerService::WithRawCallbackMethod_Reset<
-    ParameterServerService::WithRawCallbackMethod_AppliedTasks<ParameterServerService::Service>>;
+    ParameterServerService::WithRawCallbackMethod_AppliedTasks<
+        ParameterServerService::WithRawCallbackMethod_DataPlane<ParameterServerService::Service>>>;
 using Base = ParameterServerService::WithRawCallbackMethod_Configure<
     ParameterServerService::WithRawCallbackMethod_CreateVariables<
         ParameterServerService::WithRawCallbackMethod_DeleteVariables<
@@ -158,6 +159,16 @@ class ParameterServerServiceImpl final : public Base {
     return ServeRaw<AppliedTasksRequest, AppliedTasksResponse>(
         ctx, req, resp, "AppliedTasks",
         [this](const auto& q, auto* r, FinishFn done) { done(ps_->AppliedTasks(q, r)); });
+  }
+
+  // Any task may ask; the answer holds only addresses.
+  grpc::ServerUnaryReactor* DataPlane(grpc::CallbackServerContext* ctx, const Raw* req,
+                                      Raw* resp) override {
+    return ServeRaw<DataPlaneRequest, DataPlaneResponse>(
+        ctx, req, resp, "DataPlane", [this](const auto&, auto* r, FinishFn done) {
+          *r = ps_->DataPlane();
+          done(absl::OkStatus());
+        });
   }
 
   // Calls on_shutdown once, for the first request the ParameterServer accepts (from the chief);
