@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -14,6 +15,7 @@
 #include "runtime/runtime.h"
 #include "runtime/signals.h"
 #include "runtime/status_page.h"
+#include "transport/grpc_stream.h"
 #include "runtime/task_metrics.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
@@ -191,8 +193,12 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp*
   http->Serve({.task = TaskName(o.job, o.task), .ps = ps});
   auto end = std::make_shared<JobEnd>();
   std::unique_ptr<grpc::Service> service = MakeParameterServerService(ps, RecordShutdown(o, end));
+  std::unique_ptr<DataHandler> data = MakeDataHandler(ps);
+  std::unique_ptr<grpc::Service> streams = MakeTensorStreamService(data.get());
+  std::vector<grpc::Service*> services = {service.get()};
+  if (streams != nullptr) services.push_back(streams.get());
   return Serve(
-      o, address, {service.get()}, end.get(),
+      o, address, services, end.get(),
       [&](const RegisterResponse& r) {
         if (r.chief_incarnation() != 0) ps->ExpectChief(r.chief_incarnation());
       },
