@@ -15,9 +15,9 @@
 #include "runtime/runtime.h"
 #include "runtime/signals.h"
 #include "runtime/status_page.h"
-#include "transport/grpc_stream.h"
 #include "runtime/task_metrics.h"
 #include "spdlog/spdlog.h"
+#include "transport/grpc_stream.h"
 #include "worker/worker.h"
 
 namespace pstrain {
