@@ -1,11 +1,15 @@
 // The gRPC ParameterServerService over a ParameterServer, on gRPC's callback API with raw
-// requests and responses (common/raw_call.h): each handler runs the ParameterServer method.
+// requests and responses (common/raw_call.h): each handler runs the ParameterServer method. Pull
+// and Push read and write their bytes themselves (transport/grpc_wire.h), so that tensors are
+// not copied into and out of protobuf strings.
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +18,8 @@
 #include "common/raw_call.h"
 #include "common/rpc.h"
 #include "ps/ps.h"
+#include "transport/buffer_pool.h"
+#include "transport/grpc_wire.h"
 
 namespace pstrain {
 namespace {
@@ -40,6 +46,17 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
                                                             ParameterServerService::
                                                                 WithRawCallbackMethod_ReplaceWorker<
                                                                     RecoveryMethods>>>>>>>>>>>>>>;
+
+struct PullCall {
+  PullRequest req;
+  PullResponse resp;
+  std::vector<BufferPool::Buffer> data;  // value i's floats
+};
+
+struct PushCall {
+  PushPayload payload;
+  PushResponse resp;
+};
 
 class ParameterServerServiceImpl final : public Base {
  public:
@@ -75,22 +92,46 @@ class ParameterServerServiceImpl final : public Base {
   }
 
   // A pull may wait (sync step, ssp clock): the reactor is finished from whichever thread
-  // releases it. The call's request and response live in `call` until then; `resp` stays valid
-  // until Finish.
+  // releases it. Each value's floats are copied once, under its variable's lock, into a pooled
+  // buffer, which the response's slices then point at (transport/grpc_wire.h) until gRPC has
+  // sent them; the call's state lives in `call` until then. `resp` stays valid until Finish.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
-    return ServeRaw<PullRequest, PullResponse>(
-        ctx, req, resp, "Pull", [this](const PullRequest& q, PullResponse* r, FinishFn done) {
-          ps_->PullAsync(q, r, std::move(done));
-        });
+    return ServeBytes(ctx, req, resp, "Pull", [this, req, resp](FinishFn finish) {
+      auto call = std::make_shared<PullCall>();
+      if (absl::Status s = ParseRequest(*req, "Pull", &call->req); !s.ok()) return finish(s);
+      call->data.resize(call->req.names_size());
+      auto sink = [call](int i, const float* values, int64_t count) {
+        const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+        call->data[i] = BufferPool::Shared().Get(bytes);
+        if (bytes > 0) std::memcpy(call->data[i].data(), values, bytes);
+        return absl::OkStatus();
+      };
+      ps_->PullAsync(call->req, &call->resp, std::move(sink),
+                     [call, resp, finish = std::move(finish)](absl::Status s) {
+                       if (s.ok())
+                         s = WritePullResponse(call->resp, std::move(call->data), "Pull", resp);
+                       finish(s);
+                     });
+    });
   }
 
+  // A push's tensors stay in the received slices (or one pooled copy each) until it is applied,
+  // which may be later on another thread (after a checkpoint's freeze): `call` keeps them.
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
-    return ServeRaw<PushRequest, PushResponse>(
-        ctx, req, resp, "Push", [this](const auto& q, auto* r, FinishFn done) {
-          ps_->AfterFreeze([this, &q, r, done = std::move(done)] { done(ps_->Push(q, r)); });
-        });
+    return ServeBytes(ctx, req, resp, "Push", [this, req, resp](FinishFn finish) {
+      auto call = std::make_shared<PushCall>();
+      if (absl::Status s = ReadPushRequest(*req, "Push", &BufferPool::Shared(), &call->payload);
+          !s.ok()) {
+        return finish(s);
+      }
+      ps_->AfterFreeze([this, call, resp, finish = std::move(finish)] {
+        absl::Status s = ps_->Push(call->payload.head, call->payload.data, &call->resp);
+        if (s.ok()) s = SerializeResponse(call->resp, "Push", resp);
+        finish(s);
+      });
+    });
   }
 
   grpc::ServerUnaryReactor* CreateTables(grpc::CallbackServerContext* ctx, const Raw* req,
