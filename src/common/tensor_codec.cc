@@ -45,29 +45,36 @@ absl::StatusOr<int64_t> TensorBytes(const std::vector<int64_t>& shape) {
   return *bytes;
 }
 
+// Checks dtype (DT_FLOAT, or also the 16-bit ones with `sixteen_bit`), rank, shape and that
+// `data_bytes` is what they need.
 static absl::Status CheckProto(const TensorProto& p, std::vector<int64_t>* shape,
-                               int64_t data_bytes) {
-  if (p.dtype() != DT_FLOAT) {
-    const std::string& name = DataType_Name(p.dtype());
-    if (!DataType_IsValid(p.dtype()) || name.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor dtype ", static_cast<int>(p.dtype()),
-                       " is not a known DataType; only DT_FLOAT is supported"));
+                               int64_t data_bytes, bool sixteen_bit = false) {
+  const bool known = DataType_IsValid(p.dtype()) && !DataType_Name(p.dtype()).empty();
+  const char* supported = sixteen_bit ? "DT_FLOAT, DT_HALF or DT_BFLOAT16" : "DT_FLOAT";
+  const bool ok =
+      p.dtype() == DT_FLOAT || (sixteen_bit && (p.dtype() == DT_HALF || p.dtype() == DT_BFLOAT16));
+  if (!ok) {
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor dtype ", static_cast<int>(p.dtype()),
+                                                     " is not a known DataType; only ", supported,
+                                                     " is supported"));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor dtype is ", name, "; only DT_FLOAT is supported"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor dtype is ", DataType_Name(p.dtype()),
+                                                   "; only ", supported, " is supported"));
   }
   if (p.shape_size() > kMaxTensorRank) {
     return absl::InvalidArgumentError(absl::StrCat("tensor shape has rank ", p.shape_size(),
                                                    ", over the limit of ", kMaxTensorRank));
   }
   shape->assign(p.shape().begin(), p.shape().end());
-  absl::StatusOr<int64_t> want = TensorBytes(*shape);
-  if (!want.ok()) return want.status();
-  if (data_bytes != *want) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(*shape),
-                                                   " needs ", *want, " bytes of data, got ",
-                                                   data_bytes));
+  // The float32 bytes bound the size for every dtype: 16-bit values are widened to them.
+  absl::StatusOr<int64_t> floats = TensorBytes(*shape);
+  if (!floats.ok()) return floats.status();
+  const int64_t want = p.dtype() == DT_FLOAT ? *floats : *floats / 2;
+  if (data_bytes != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor of shape ", ShapeString(*shape), " needs ", want, " bytes of ",
+                     DataType_Name(p.dtype()), " data, got ", data_bytes));
   }
   return absl::OkStatus();
 }
@@ -80,21 +87,34 @@ absl::StatusOr<Tensor> DecodeTensor(const TensorProto& p) {
   return t;
 }
 
-absl::StatusOr<const float*> TensorData(const TensorProto& p, const void* data, int64_t size,
-                                        const std::vector<int64_t>& want, const std::string& what) {
+absl::StatusOr<GradientBytes> GradientData(const TensorProto& p, const void* data, int64_t size,
+                                           const std::vector<int64_t>& want,
+                                           const std::string& what) {
   if (data != p.data().data() && !p.data().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": its data is both in the message and out of line"));
   }
   std::vector<int64_t> shape;
-  if (absl::Status s = CheckProto(p, &shape, size); !s.ok()) {
+  if (absl::Status s = CheckProto(p, &shape, size, /*sixteen_bit=*/true); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
   }
   if (shape != want) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": shape ", ShapeString(shape), " does not match ", ShapeString(want)));
   }
-  return static_cast<const float*>(data);
+  return GradientBytes{p.dtype(), data, NumElements(shape)};
+}
+
+absl::StatusOr<const float*> TensorData(const TensorProto& p, const void* data, int64_t size,
+                                        const std::vector<int64_t>& want, const std::string& what) {
+  if (p.dtype() != DT_FLOAT) {
+    std::vector<int64_t> shape;
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", CheckProto(p, &shape, size).message()));
+  }
+  absl::StatusOr<GradientBytes> g = GradientData(p, data, size, want, what);
+  if (!g.ok()) return g.status();
+  return static_cast<const float*>(g->data);
 }
 
 absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<int64_t>& want,

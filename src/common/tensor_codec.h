@@ -34,4 +34,18 @@ absl::StatusOr<const float*> TensorData(const TensorProto& p, const std::vector<
 absl::StatusOr<const float*> TensorData(const TensorProto& p, const void* data, int64_t size,
                                         const std::vector<int64_t>& want, const std::string& what);
 
+// A pushed gradient's bytes, checked: DT_FLOAT, or 16-bit values (DT_HALF, DT_BFLOAT16) that the
+// PS widens to float32 (common/half.h) before it checks and applies them.
+struct GradientBytes {
+  DataType dtype = DT_FLOAT;
+  const void* data = nullptr;
+  int64_t elements = 0;
+};
+// TensorData for a gradient of any of those dtypes: `size` must be elements times the dtype's
+// bytes, and the float32 tensor it widens to must be within kMaxTensorBytes. `data` is p's
+// own data, or bytes that travelled out of line (then p must have none). Messages name the dtype.
+absl::StatusOr<GradientBytes> GradientData(const TensorProto& p, const void* data, int64_t size,
+                                           const std::vector<int64_t>& want,
+                                           const std::string& what);
+
 }  // namespace pstrain

@@ -15,10 +15,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/half.h"
 #include "common/limits.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "ps/parameter_server_impl.h"
+#include "transport/buffer_pool.h"
 
 namespace pstrain {
 
@@ -32,6 +34,30 @@ int64_t FirstNonFinite(const float* p, int64_t n) {
     if (!std::isfinite(p[i])) return i;
   }
   return -1;
+}
+
+// The float32 values of a checked gradient: its own bytes, or 16-bit ones widened into a
+// pooled buffer kept in `widened` (so a warm PS allocates nothing for them).
+static absl::StatusOr<const float*> AsFloats(const GradientBytes& g,
+                                             std::vector<BufferPool::Buffer>* widened) {
+  if (g.dtype == DT_FLOAT) return static_cast<const float*>(g.data);
+  try {
+    BufferPool::Buffer out =
+        BufferPool::Shared().Get(g.elements * static_cast<int64_t>(sizeof(float)));
+    float* f = static_cast<float*>(out.data());
+    const auto* in = static_cast<const uint16_t*>(g.data);
+    if (g.dtype == DT_HALF) {
+      HalfToFloat(in, f, g.elements);
+    } else {
+      Bfloat16ToFloat(in, f, g.elements);
+    }
+    widened->push_back(std::move(out));
+    return f;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("not enough memory to widen a ",
+                                                     DataType_Name(g.dtype), " gradient of ",
+                                                     g.elements, " elements to float32"));
+  }
 }
 
 absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
@@ -185,18 +211,23 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req,
   const int n = req.gradients_size();
   std::vector<VariablePtr> vars(n);
   std::vector<const float*> grads(n);
+  std::vector<BufferPool::Buffer> widened;  // float32 copies of 16-bit gradients
   for (int i = 0; i < n; ++i) {
     const Gradient& g = req.gradients(i);
-    const std::string what = absl::StrCat("gradient for variable ", Quoted(g.name()));
+    std::string what = absl::StrCat("gradient for variable ", Quoted(g.name()));
     absl::StatusOr<VariablePtr> var = Find(g.name());
     if (!var.ok()) return var.status();
-    absl::StatusOr<const float*> data = out_of_line.empty()
-                                            ? TensorData(g.gradient(), (*var)->shape, what)
-                                            : TensorData(g.gradient(), out_of_line[i].data,
-                                                         out_of_line[i].size, (*var)->shape, what);
+    const TensorProto& t = g.gradient();
+    absl::StatusOr<GradientBytes> bytes =
+        out_of_line.empty()
+            ? GradientData(t, t.data().data(), static_cast<int64_t>(t.data().size()), (*var)->shape,
+                           what)
+            : GradientData(t, out_of_line[i].data, out_of_line[i].size, (*var)->shape, what);
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->dtype != DT_FLOAT) absl::StrAppend(&what, " (", DataType_Name(bytes->dtype), ")");
+    absl::StatusOr<const float*> data = AsFloats(*bytes, &widened);
     if (!data.ok()) return data.status();
-    const int64_t size = (*var)->bytes / static_cast<int64_t>(sizeof(float));
-    if (int64_t bad = FirstNonFinite(*data, size); bad >= 0) {
+    if (int64_t bad = FirstNonFinite(*data, bytes->elements); bad >= 0) {
       consistency_.counters.nonfinite_rejected++;
       return absl::InvalidArgumentError(
           absl::StrCat(what, " has a non-finite value (", (*data)[bad], ") at index ", bad));
