@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -75,7 +76,14 @@ PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<Var
   if (!unsendable_.ok()) return;
   for (size_t i = 0; i < variables_.size(); ++i) {
     versions_[i].assign(variables_[i].shards.size(), 0);
-    values_[i].resize(NumElements(variables_[i].shape));
+    try {
+      values_[i].resize(NumElements(variables_[i].shape));
+    } catch (const std::bad_alloc&) {
+      unsendable_ = absl::ResourceExhaustedError(absl::StrCat("no memory to receive variable \"",
+                                                              variables_[i].name, "\" of shape ",
+                                                              ShapeString(variables_[i].shape)));
+      return;
+    }
   }
   pull_reqs_.resize(batches_.size());
   pull_resps_.resize(batches_.size());
@@ -214,10 +222,10 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
       const TensorProto& t = resp.values(k).value();
       const std::vector<int64_t> want = ShardShape(v, shard);
       if (!std::equal(t.shape().begin(), t.shape().end(), want.begin(), want.end())) {
-        return absl::InternalError(absl::StrCat(
-            TaskName("ps", batches_[b].ps), " returned \"", shard.name, "\" of shape ",
-            ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end())), ", not ",
-            ShapeString(want)));
+        return absl::InternalError(
+            absl::StrCat(TaskName("ps", batches_[b].ps), " returned \"", shard.name, "\" of shape ",
+                         ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end())),
+                         ", not ", ShapeString(want)));
       }
       versions_[i][j] = resp.values(k).version();
     }

@@ -119,7 +119,7 @@ class PsClient {
   const Sender sender_;
   DataType push_dtype_ = DT_FLOAT;
   PsPeers peers_;
-  absl::Status unsendable_;                             // a shard whose size overflows
+  absl::Status unsendable_;                             // a shard that cannot be sent or received
   std::vector<Batch> batches_;                          // every request of a Pull (and of a Push)
   std::vector<std::unique_ptr<DataChannel>> channels_;  // per PS task with a batch
   std::vector<std::vector<float>> values_;              // per variable: what the last Pull received
