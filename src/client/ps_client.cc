@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/half.h"
 #include "common/rpc.h"
 #include "common/tensor_codec.h"
 
@@ -21,6 +24,16 @@ std::vector<int64_t> ShardShape(const VariableRef& v, const ShardRef& s) {
   std::vector<int64_t> shape = v.shape;
   if (!shape.empty()) shape[0] = s.row_end - s.row_begin;
   return shape;
+}
+
+// `s` naming PS task `peer` ("Pull at ps:1 127.0.0.1:2222: ...") as PsPeers' errors do: a
+// channel names only the address it was made for.
+absl::Status NamePs(absl::Status s, const char* what, const std::string& address,
+                    const std::string& peer) {
+  if (s.ok()) return s;
+  absl::string_view m = s.message();
+  absl::ConsumePrefix(&m, absl::StrCat(what, " at ", address, ": "));
+  return absl::Status(s.code(), absl::StrCat(what, " at ", peer, ": ", m));
 }
 
 }  // namespace
@@ -56,27 +69,45 @@ PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<Var
     : variables_(std::move(variables)),
       sender_(std::move(sender)),
       peers_(ps_addresses, timeout),
-      assembled_(variables_.size()),
+      values_(variables_.size()),
+      narrow_(variables_.size()),
       versions_(variables_.size()) {
   PlanBatches(limits);
   if (!unsendable_.ok()) return;
   for (size_t i = 0; i < variables_.size(); ++i) {
-    const VariableRef& v = variables_[i];
-    versions_[i].assign(v.shards.size(), 0);
-    if (v.shards.size() > 1) assembled_[i].resize(NumElements(v.shape));
+    versions_[i].assign(variables_[i].shards.size(), 0);
+    try {
+      values_[i].resize(NumElements(variables_[i].shape));
+    } catch (const std::bad_alloc&) {
+      unsendable_ = absl::ResourceExhaustedError(absl::StrCat("no memory to receive variable \"",
+                                                              variables_[i].name, "\" of shape ",
+                                                              ShapeString(variables_[i].shape)));
+      return;
+    }
   }
   pull_reqs_.resize(batches_.size());
   pull_resps_.resize(batches_.size());
+  pull_dest_.resize(batches_.size());
   push_reqs_.resize(batches_.size());
   push_resps_.resize(batches_.size());
+  push_src_.resize(batches_.size());
   for (size_t b = 0; b < batches_.size(); ++b) {
     *pull_reqs_[b].mutable_sender() = sender_;
     *push_reqs_[b].mutable_sender() = sender_;
     for (const auto [i, k] : batches_[b].slots) {
-      const std::string& name = variables_[i].shards[k].name;
-      pull_reqs_[b].add_names(name);
-      push_reqs_[b].add_gradients()->set_name(name);
+      const VariableRef& v = variables_[i];
+      const ShardRef& shard = v.shards[k];
+      pull_reqs_[b].add_names(shard.name);
+      const int64_t row = RowSize(v.shape);
+      pull_dest_[b].push_back(
+          {values_[i].data() + shard.row_begin * row,
+           static_cast<int64_t>((shard.row_end - shard.row_begin) * row * sizeof(float))});
+      Gradient* g = push_reqs_[b].add_gradients();
+      g->set_name(shard.name);
+      const std::vector<int64_t> shape = ShardShape(v, shard);
+      g->mutable_gradient()->mutable_shape()->Assign(shape.begin(), shape.end());
     }
+    push_src_[b].resize(batches_[b].slots.size());
   }
 }
 
@@ -94,12 +125,17 @@ void PsClient::PlanBatches(const RequestLimits& limits) {
       const ShardRef& s = v.shards[k];
       const std::optional<int64_t> n = CheckedNumElements(ShardShape(v, s));
       const std::optional<int64_t> bytes = n ? CheckedMul(*n, sizeof(float)) : std::nullopt;
-      if (!bytes || *bytes > limits.max_tensor_bytes) {
+      if (!bytes) {
         unsendable_ = absl::InvalidArgumentError(absl::StrCat(
             "variable \"", v.name, "\" shard \"", s.name, "\" on ps:", s.ps_task, " has shape ",
-            ShapeString(ShardShape(v, s)), ", more than the ", limits.max_tensor_bytes,
-            " bytes one request may carry: partition the variable into smaller shards"));
+            ShapeString(ShardShape(v, s)), ", whose byte count overflows: partition the variable"));
         return;
+      }
+      if (*bytes > limits.max_tensor_bytes) {
+        // Alone in its request, which the channel streams in chunks when it passes one message;
+        // the PS's open request goes on collecting smaller shards.
+        batches_.push_back({s.ps_task, {{i, k}}});
+        continue;
       }
       const int64_t overhead = static_cast<int64_t>(s.name.size()) + 16 * (v.shape.size() + 4);
       Open& o = open[s.ps_task];
@@ -109,7 +145,6 @@ void PsClient::PlanBatches(const RequestLimits& limits) {
       if (!fits) {
         o = Open{0, 0, static_cast<int>(batches_.size())};
         batches_.push_back({s.ps_task, {}});
-        batch_ps_.push_back(s.ps_task);
       }
       o.tensor_bytes += *bytes;
       o.overhead_bytes += overhead;
@@ -128,18 +163,50 @@ absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_vers
   }
 }
 
+absl::Status PsClient::MakeChannels() {
+  channels_.resize(peers_.size());
+  const std::string transport = GetTransportOptions().transport;
+  for (const Batch& b : batches_) {
+    if (channels_[b.ps] != nullptr) continue;
+    absl::StatusOr<std::unique_ptr<DataChannel>> c =
+        MakeDataChannel(transport, peers_.address(b.ps));
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("data channel to ", peers_.PeerName(b.ps),
+                                                          ": ", c.status().message()));
+    }
+    channels_[b.ps] = *std::move(c);
+  }
+  return absl::OkStatus();
+}
+
+template <typename Call>
+absl::Status PsClient::FanOut(const char* what, bool retry, Call call) {
+  if (absl::Status s = MakeChannels(); !s.ok()) return s;
+  CallOptions options;
+  options.deadline = absl::Now() + peers_.timeout();
+  options.wait_for_ready = true;  // a PS still connecting (or reconnecting) is waited for
+  options.canceller = peers_.canceller();
+  return FanOutCalls(
+      what, batches_.size(), retry, options.deadline, options.canceller, [&](size_t b, auto done) {
+        const int ps = batches_[b].ps;
+        call(channels_[ps].get(), options, b,
+             [this, what, ps, done = std::move(done)](absl::Status s) {
+               done(NamePs(std::move(s), what, peers_.address(ps), peers_.PeerName(ps)));
+             });
+      });
+}
+
 absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_version,
                                 int64_t clock) {
   for (PullRequest& r : pull_reqs_) {
     r.set_min_version(min_version);
     r.set_clock(clock);
   }
-  absl::Status s = peers_.FanOut("Pull", batch_ps_, pull_reqs_, pull_resps_, /*retry=*/true,
-                                 [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                                   async->Pull(ctx, req, resp, std::move(done));
-                                 });
+  absl::Status s = FanOut(
+      "Pull", /*retry=*/true, [this](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
+        c->Pull(o, pull_reqs_[b], pull_dest_[b], &pull_resps_[b], std::move(done));
+      });
   if (!s.ok()) return s;
-  values->assign(variables_.size(), nullptr);
   for (size_t b = 0; b < batches_.size(); ++b) {
     const PullResponse& resp = pull_resps_[b];
     const std::vector<Slot>& slots = batches_[b].slots;
@@ -152,20 +219,19 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
       const auto [i, j] = slots[k];
       const VariableRef& v = variables_[i];
       const ShardRef& shard = v.shards[j];
-      absl::StatusOr<const float*> data =
-          TensorData(resp.values(k).value(), ShardShape(v, shard), shard.name);
-      if (!data.ok()) return data.status();
-      versions_[i][j] = resp.values(k).version();
-      if (v.shards.size() == 1) {
-        (*values)[i] = *data;  // no copy: points into the response
-      } else {
-        const int64_t row = RowSize(v.shape);
-        std::memcpy(assembled_[i].data() + shard.row_begin * row, *data,
-                    (shard.row_end - shard.row_begin) * row * sizeof(float));
-        (*values)[i] = assembled_[i].data();
+      const TensorProto& t = resp.values(k).value();
+      const std::vector<int64_t> want = ShardShape(v, shard);
+      if (!std::equal(t.shape().begin(), t.shape().end(), want.begin(), want.end())) {
+        return absl::InternalError(
+            absl::StrCat(TaskName("ps", batches_[b].ps), " returned \"", shard.name, "\" of shape ",
+                         ShapeString(std::vector<int64_t>(t.shape().begin(), t.shape().end())),
+                         ", not ", ShapeString(want)));
       }
+      versions_[i][j] = resp.values(k).version();
     }
   }
+  values->resize(variables_.size());
+  for (size_t i = 0; i < variables_.size(); ++i) (*values)[i] = values_[i].data();
   return absl::OkStatus();
 }
 
@@ -208,6 +274,25 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
           absl::StrCat("gradient for ", variables_[i].name, " has no values"));
     }
   }
+  const int elem = DtypeBytes(push_dtype_);
+  if (push_dtype_ != DT_FLOAT && push_dtype_ != DT_HALF && push_dtype_ != DT_BFLOAT16) {
+    return absl::InvalidArgumentError(absl::StrCat("push dtype ", DataType_Name(push_dtype_),
+                                                   ": DT_FLOAT, DT_HALF or DT_BFLOAT16"));
+  }
+  // The bytes each variable's gradient travels from: the caller's floats, or 16-bit copies.
+  std::vector<const char*> base(variables_.size());
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    base[i] = reinterpret_cast<const char*>(grads[i].data);
+    if (push_dtype_ == DT_FLOAT) continue;
+    const int64_t n = NumElements(variables_[i].shape);
+    narrow_[i].resize(n);
+    if (push_dtype_ == DT_HALF) {
+      FloatToHalf(grads[i].data, narrow_[i].data(), n);
+    } else {
+      FloatToBfloat16(grads[i].data, narrow_[i].data(), n);
+    }
+    base[i] = reinterpret_cast<const char*>(narrow_[i].data());
+  }
   for (size_t b = 0; b < batches_.size(); ++b) {
     if (tag != nullptr) {
       *push_reqs_[b].mutable_tag() = *tag;
@@ -221,15 +306,17 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
       const ShardRef& shard = v.shards[j];
       Gradient* g = push_reqs_[b].mutable_gradients(k);
       g->set_read_version(versions_[i][j]);
-      EncodeTensor(ShardShape(v, shard), grads[i].data + shard.row_begin * RowSize(v.shape),
-                   g->mutable_gradient());
+      g->mutable_gradient()->set_dtype(push_dtype_);
+      const int64_t row_bytes = RowSize(v.shape) * elem;
+      push_src_[b][k] = {base[i] + shard.row_begin * row_bytes,
+                         (shard.row_end - shard.row_begin) * row_bytes};
     }
   }
-  absl::Status s = peers_.FanOut("Push", batch_ps_, push_reqs_, push_resps_,
-                                 /*retry=*/tag != nullptr,
-                                 [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                                   async->Push(ctx, req, resp, std::move(done));
-                                 });
+  absl::Status s =
+      FanOut("Push", /*retry=*/tag != nullptr,
+             [this](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
+               c->Push(o, push_reqs_[b], push_src_[b], &push_resps_[b], std::move(done));
+             });
   if (s.ok() && stale_dropped != nullptr) {
     *stale_dropped = 0;
     for (const PushResponse& r : push_resps_) *stale_dropped += r.stale_dropped();

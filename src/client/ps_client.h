@@ -14,6 +14,7 @@
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "ps.grpc.pb.h"
+#include "transport/transport.h"
 #include "worker.pb.h"
 
 namespace pstrain {
@@ -50,25 +51,29 @@ struct RequestLimits {
 // Not thread-safe: one per training thread.
 class PsClient {
  public:
-  // `variables` fixes the order used by Pull and Push. A shard that cannot travel in one request
-  // (more than limits.max_tensor_bytes) makes every Pull and Push fail with InvalidArgument
-  // naming it.
+  // `variables` fixes the order used by Pull and Push. Pulls and pushes travel over one
+  // DataChannel per PS (transport/transport.h: MakeDataChannel with GetTransportOptions()'s
+  // transport, made at the first Pull or Push); the other calls over gRPC. A shard larger than
+  // limits.max_tensor_bytes travels in a request of its own (the channel streams it in chunks
+  // past one message); one whose byte count overflows makes every Pull and Push fail with
+  // InvalidArgument naming it.
   PsClient(const std::vector<std::string>& ps_addresses, std::vector<VariableRef> variables,
            Sender sender, absl::Duration timeout, RequestLimits limits = {});
 
-  // Pulls every variable. On success (*values)[i] points at variable i's floats, valid until the
-  // next Pull; the versions read are remembered for the next Push. `min_version` (sync) and
-  // `clock` (ssp) are passed to every PS, which may make the pull wait. With `same_step` (sync)
-  // the pull is repeated until every shard was read at one version, so the gradients pushed next
-  // all belong to that step; each PS answers only at one step, so this repeats only while the
-  // last pushes of a step are still being applied on some PS.
-  // Requests wait for a PS that is still connecting, and one that fails with UNAVAILABLE is
-  // sent again with backoff; the whole call has `timeout` as its deadline.
+  // Pulls every variable. On success (*values)[i] points at variable i's floats (a buffer of this
+  // client's, which every shard's rows are received into), valid until the next Pull; the versions
+  // read are remembered for the next Push. `min_version` (sync) and `clock` (ssp) are passed to
+  // every PS, which may make the pull wait. With `same_step` (sync) the pull is repeated until
+  // every shard was read at one version, so the gradients pushed next all belong to that step; each
+  // PS answers only at one step, so this repeats only while the last pushes of a step are still
+  // being applied on some PS. Requests wait for a PS that is still connecting, and one that fails
+  // with UNAVAILABLE is sent again with backoff; the whole call has `timeout` as its deadline.
   absl::Status Pull(std::vector<const float*>* values, uint64_t min_version = 0, int64_t clock = 0,
                     bool same_step = false);
-  // Pushes grads[i] for variable i (split into its shards), each shard tagged with the version
-  // its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as stale.
-  // Waits for a PS that is still connecting. Untagged, a push is never sent twice (it is not
+  // Pushes grads[i] for variable i (split into its shards, each sent from grads[i]'s own rows
+  // without a copy, or from a converted copy for a 16-bit push_dtype), each shard tagged with the
+  // version its last Pull returned. *stale_dropped, if given, counts shards the PS dropped as
+  // stale. Waits for a PS that is still connecting. Untagged, a push is never sent twice (it is not
   // idempotent); with `tag` (which batch of which task it carries, docs/recovery.md) every
   // request carries it, so a PS drops a second copy, and one that failed with UNAVAILABLE is
   // sent again with backoff, as a pull is.
@@ -105,20 +110,27 @@ class PsClient {
     std::vector<Slot> slots;
   };
   void PlanBatches(const RequestLimits& limits);
+  absl::Status MakeChannels();
+  // Runs `call(channel, options, batch, done)` for every batch at once, as PsPeers::FanOut does.
+  template <typename Call>
+  absl::Status FanOut(const char* what, bool retry, Call call);
   absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
   const std::vector<VariableRef> variables_;
   const Sender sender_;
   DataType push_dtype_ = DT_FLOAT;
   PsPeers peers_;
-  absl::Status unsendable_;                      // a shard too large for one request
-  std::vector<Batch> batches_;                   // every request of a Pull (and of a Push)
-  std::vector<int> batch_ps_;                    // batches_[i].ps
-  std::vector<std::vector<float>> assembled_;    // per variable with several shards
-  std::vector<std::vector<uint64_t>> versions_;  // per variable, per shard
-  std::vector<PullRequest> pull_reqs_;           // per batch
+  absl::Status unsendable_;                             // a shard that cannot be sent or received
+  std::vector<Batch> batches_;                          // every request of a Pull (and of a Push)
+  std::vector<std::unique_ptr<DataChannel>> channels_;  // per PS task with a batch
+  std::vector<std::vector<float>> values_;              // per variable: what the last Pull received
+  std::vector<std::vector<uint16_t>> narrow_;           // per variable: a gradient as push_dtype_
+  std::vector<std::vector<uint64_t>> versions_;         // per variable, per shard
+  std::vector<PullRequest> pull_reqs_;                  // per batch
   std::vector<PullResponse> pull_resps_;
-  std::vector<PushRequest> push_reqs_;
+  std::vector<std::vector<MutableBytes>> pull_dest_;  // per batch: its shards' rows of values_
+  std::vector<PushRequest> push_reqs_;                // per batch, gradients without data
   std::vector<PushResponse> push_resps_;
+  std::vector<std::vector<ConstBytes>> push_src_;  // per batch: the current push's bytes
 };
 
 }  // namespace pstrain

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/grpc_data_channel.h"
 #include "transport/transport.h"
 #include "transport/ucx.h"
 
@@ -29,7 +30,7 @@ TransportOptions GetTransportOptions() {
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,
                                                              const std::string& address) {
   if (transport == "ucx") return MakeUcxDataChannel(address);
-  if (transport == "grpc") return absl::UnimplementedError("the gRPC DataChannel is not built yet");
+  if (transport == "grpc") return MakeGrpcDataChannel(address);
   return absl::InvalidArgumentError(
       absl::StrCat("unknown transport \"", transport, "\": grpc or ucx"));
 }
