@@ -15,8 +15,15 @@ constexpr int64_t kMaxMessageBytes = int64_t{512} << 20;
 // What a message may carry besides tensor bytes (names, shapes, versions) is bounded by the
 // limits below; a response is refused if its tensor bytes exceed this.
 constexpr int64_t kMaxPayloadBytes = kMaxMessageBytes - (int64_t{16} << 20);
-// A single tensor (a variable or one of its shards) must fit one message.
-constexpr int64_t kMaxTensorBytes = kMaxPayloadBytes;
+// A single tensor (a variable or one of its shards, on the PS or in a push or pull). Pushes and
+// pulls past kMaxPayloadBytes travel as chunks of a stream (transport/grpc_stream.h), so this is
+// bounded by memory, not by a message. What still travels inside one message is bounded by
+// kMaxPayloadBytes instead: a variable's initial value (CreateVariables, so the chief shards
+// variables to at most that) and a shard's optimizer slots in a checkpoint's Import.
+constexpr int64_t kMaxTensorBytes = int64_t{16} << 30;
+// Bytes of one chunk of such a stream: large enough that per-message costs vanish next to the
+// copy, small enough that a stream holds little besides the tensor itself.
+constexpr int64_t kStreamChunkBytes = int64_t{4} << 20;
 // Dimensions of a tensor's shape.
 constexpr int kMaxTensorRank = 32;
 // Names of variables, shards, barriers, optimizers, initializers, partitioners.

@@ -155,14 +155,14 @@ absl::StatusOr<std::vector<RowRange>> VariablePlacer::Plan(
   const int64_t rows = var.shape.empty() ? 1 : var.shape[0];
   const int64_t row_bytes = rows > 0 ? *bytes / rows : 0;
   for (const RowRange& r : *ranges) {
-    if (r.rows() * row_bytes <= kMaxTensorBytes) continue;
-    if (row_bytes > kMaxTensorBytes) {
+    if (r.rows() * row_bytes <= kMaxPayloadBytes) continue;
+    if (row_bytes > kMaxPayloadBytes) {
       return bad("one row of shape ", ShapeString(var.shape), " is ", HumanBytes(row_bytes),
-                 ", over the ", HumanBytes(kMaxTensorBytes),
+                 ", over the ", HumanBytes(kMaxPayloadBytes),
                  " a message carries; variables are split along their first axis only");
     }
     return bad("a shard of ", HumanBytes(r.rows() * row_bytes), " (of ", HumanBytes(*bytes),
-               ") exceeds the ", HumanBytes(kMaxTensorBytes),
+               ") exceeds the ", HumanBytes(kMaxPayloadBytes),
                " a message carries: use partitioner \"auto\" or \"max_bytes:", kAutoMaxShardBytes,
                "\"");
   }

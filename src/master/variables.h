@@ -49,7 +49,7 @@ class VariablePlacer {
   // (InvalidArgument if with another), else creates it with `partitioner` ("" = the default),
   // placed on the least-loaded PS tasks (greedy) or round-robin continuing from earlier ones.
   // Before anything is drawn or sent: InvalidArgument for a bad name or shape (rank, negative or
-  // overflowing sizes, over kMaxVariableBytes), a shard over kMaxTensorBytes (naming a
+  // overflowing sizes, over kMaxVariableBytes), a shard over kMaxPayloadBytes (naming a
   // partitioner that fits), or a variable or shard name already taken. A create that fails on
   // one PS is undone on the others (DeleteVariables); the original error is returned and nothing
   // of the variable is left, so the same create may be retried.

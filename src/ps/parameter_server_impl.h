@@ -165,6 +165,7 @@ class ParameterServerImpl final : public ParameterServer {
                  std::function<void(absl::Status)> done) override;
   absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
                     PushResponse* resp) override;
+  absl::StatusOr<int64_t> VariableBytes(const std::string& name) override;
   absl::Status CreateTables(const CreateTablesRequest& req, CreateTablesResponse* resp) override;
   void LookupAsync(const LookupRequest& req, LookupResponse* resp,
                    std::function<void(absl::Status)> done) override;
@@ -220,7 +221,10 @@ class ParameterServerImpl final : public ParameterServer {
   // The counters of one push, once each of its gradients was applied (or dropped).
   void CountPush(const Sender& sender, const ApplyResult& any);
   // The checks of a pull before it looks at any variable's values; fills `vars` in request order.
-  absl::Status ValidatePull(const PullRequest& req, std::vector<VariablePtr>* vars);
+  // `max_bytes`: the most the values may hold together (kMaxPayloadBytes for one message; a
+  // pull with a sink is bounded by its transport, which may stream it).
+  absl::Status ValidatePull(const PullRequest& req, std::vector<VariablePtr>* vars,
+                            int64_t max_bytes);
   // The sync-mode wait of a pull: what it waits for, and what it still lacks.
   bool SyncReady(const std::vector<VariablePtr>& vars, uint64_t min_version);
   std::string SyncWaitReason(const std::vector<VariablePtr>& vars,

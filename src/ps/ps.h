@@ -102,6 +102,8 @@ class ParameterServer {
   // out_of_line does not hold one entry per gradient); the checks are the same.
   virtual absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
                             PushResponse* resp) = 0;
+  // Bytes of the named variable's values; NotFound naming it otherwise (DataHandler).
+  virtual absl::StatusOr<int64_t> VariableBytes(const std::string& name) = 0;
   absl::Status Push(const PushRequest& req, PushResponse* resp) { return Push(req, {}, resp); }
 
   // Creates each embedding table (proto TableDef), all or none; a table's rows appear when their

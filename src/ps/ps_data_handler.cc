@@ -22,6 +22,10 @@ class PsDataHandler final : public DataHandler {
     ps_->PullAsync(req, resp, std::move(sink), std::move(done));
   }
 
+  absl::StatusOr<int64_t> VariableBytes(const std::string& name) override {
+    return ps_->VariableBytes(name);
+  }
+
  private:
   ParameterServer* const ps_;
 };

@@ -60,8 +60,14 @@ static absl::StatusOr<const float*> AsFloats(const GradientBytes& g,
   }
 }
 
+absl::StatusOr<int64_t> ParameterServerImpl::VariableBytes(const std::string& name) {
+  absl::StatusOr<VariablePtr> var = Find(name);
+  if (!var.ok()) return var.status();
+  return (*var)->bytes;
+}
+
 absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
-                                               std::vector<VariablePtr>* vars) {
+                                               std::vector<VariablePtr>* vars, int64_t max_bytes) {
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   if (absl::Status s = CheckGeneration(req.sender(), "pull"); !s.ok()) return s;
   if (absl::Status s = CheckChiefOrWorker(req.sender(), "pull"); !s.ok()) return s;
@@ -84,10 +90,10 @@ absl::Status ParameterServerImpl::ValidatePull(const PullRequest& req,
     total = CheckedAdd(total, (*var)->bytes).value_or(std::numeric_limits<int64_t>::max());
     vars->push_back(*std::move(var));
   }
-  if (total > kMaxPayloadBytes) {
+  if (total > max_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("pull of ", req.names_size(), " variables from ", Where(), " would return ",
-                     total, " bytes, over the limit of ", kMaxPayloadBytes,
+                     total, " bytes, over the limit of ", max_bytes,
                      " bytes per response; the client must split the pull"));
   }
   return absl::OkStatus();
@@ -129,7 +135,10 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
                                     std::function<void(absl::Status)> done) {
   resp->Clear();
   auto vars = std::make_shared<std::vector<VariablePtr>>();
-  if (absl::Status s = ValidatePull(req, vars.get()); !s.ok()) return done(s);
+  // With a sink the values do not travel in `resp`: the transport bounds its own messages (the
+  // gRPC one streams what passes one message), and a pull is then bounded as a tensor is.
+  const int64_t max_bytes = sink ? kMaxTensorBytes : kMaxPayloadBytes;
+  if (absl::Status s = ValidatePull(req, vars.get(), max_bytes); !s.ok()) return done(s);
   const Mode mode = consistency_.mode();
   const uint64_t min_version = req.min_version();
   const int64_t clock = req.clock();

@@ -81,6 +81,10 @@ class DataHandler {
   // under its variable's lock (copy them out before returning), and resp's values carry no data.
   using PullSink = std::function<absl::Status(int index, const float* values, int64_t count)>;
   virtual void Pull(const PullRequest& req, PullResponse* resp, PullSink sink, DoneFn done) = 0;
+  // Bytes of the named variable's float32 values (NotFound naming it otherwise): what a streamed
+  // push's head is checked against before its bytes are taken, so a head's claim cannot make the
+  // server allocate more than the variable holds.
+  virtual absl::StatusOr<int64_t> VariableBytes(const std::string& name) = 0;
 };
 
 // Which transport the channels of this process use, and its settings. Set once at start from

@@ -1,0 +1,406 @@
+// Chunked pushes and pulls (transport/grpc_stream.h) against a real ParameterServer behind its
+// TensorStreamService on 127.0.0.1: tensors past one gRPC message round-trip bit-exactly, a push
+// applies as the optimizer says, bad streams are refused with nothing applied, and the PS holds
+// at most one extra copy of a variable while it streams it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/limits.h"
+#include "common/rpc.h"
+#include "gtest/gtest.h"
+#include "ps/ps.h"
+#include "ps_testing.h"
+#include "stream.grpc.pb.h"
+#include "transport/grpc_stream.h"
+
+namespace pstrain {
+namespace {
+
+using ps_testing::Chief;
+using ps_testing::Worker;
+
+// A deterministic, finite, byte-varied value for element i (no two neighbours alike, every byte
+// of the float in play), so a shifted, dropped or reordered chunk shows.
+float Pattern(int64_t i) {
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32);
+  h ^= h >> 15;
+  const uint32_t bits = (h & 0x807fffffu) | ((100u + (h >> 23) % 50u) << 23);  // exponent 100..149
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+// A small exact gradient: lr 1 SGD then gives Pattern(i) - Gradient(i), rounded once.
+float Grad(int64_t i) { return static_cast<float>(i % 7) - 3.0f; }
+
+// Peak resident memory of this process in bytes (VmHWM), and a reset of it.
+int64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+int64_t Rss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+class StreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ps_ = *ParameterServer::Create({});
+    ps_->ExpectChief(Chief().incarnation());
+    handler_ = MakeDataHandler(ps_.get());
+    service_ = MakeParameterServerService(ps_.get(), nullptr);
+    streams_ = MakeTensorStreamService(handler_.get());
+    ASSERT_NE(streams_, nullptr);
+    int port = 0;
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        StartGrpcServer("127.0.0.1:0", {service_.get(), streams_.get()}, &port);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
+    peer_ = absl::StrCat("ps:0 127.0.0.1:", port);
+    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", port));
+  }
+  void TearDown() override {
+    ps_->Stop();
+    if (server_) server_->Shutdown();
+  }
+
+  // A variable of n floats with value Pattern(i) (or `value` if given) and SGD at lr 1, created
+  // in place (its initial value would not fit a CreateVariables message).
+  void Create(const std::string& name, int64_t n) {
+    CreateVariablesRequest req;
+    *req.mutable_sender() = Chief();
+    VariableDef* def = req.add_variables();
+    def->set_name(name);
+    def->mutable_initial_value()->set_dtype(DT_FLOAT);
+    def->mutable_initial_value()->add_shape(n);
+    std::string* data = def->mutable_initial_value()->mutable_data();
+    data->resize(n * sizeof(float));
+    float* p = reinterpret_cast<float*>(data->data());
+    for (int64_t i = 0; i < n; ++i) p[i] = Pattern(i);
+    *def->mutable_optimizer() = ps_testing::Sgd(1.0);
+    CreateVariablesResponse resp;
+    ASSERT_TRUE(ps_->CreateVariables(req, &resp).ok());
+  }
+
+  absl::Status Pull(const std::string& name, std::vector<float>* dest, PullResponse* resp,
+                    int64_t dest_floats = -1) {
+    PullRequest req;
+    *req.mutable_sender() = Worker(0);
+    req.add_names(name);
+    absl::Status out;
+    absl::Notification done;
+    StreamPull(channel_.get(), peer_, Options(), req,
+               {{dest->data(),
+                 dest_floats < 0 ? static_cast<int64_t>(dest->size() * 4) : dest_floats * 4}},
+               resp, [&](absl::Status s) {
+                 out = s;
+                 done.Notify();
+               });
+    done.WaitForNotification();
+    return out;
+  }
+  absl::Status Push(const std::string& name, const std::vector<float>& grad,
+                    int64_t read_version = 0) {
+    PushRequest head;
+    *head.mutable_sender() = Worker(0);
+    Gradient* g = head.add_gradients();
+    g->set_name(name);
+    g->set_read_version(read_version);
+    g->mutable_gradient()->set_dtype(DT_FLOAT);
+    g->mutable_gradient()->add_shape(static_cast<int64_t>(grad.size()));
+    PushResponse resp;
+    absl::Status out;
+    absl::Notification done;
+    StreamPush(channel_.get(), peer_, Options(), head,
+               {{grad.data(), static_cast<int64_t>(grad.size() * 4)}}, &resp, [&](absl::Status s) {
+                 out = s;
+                 done.Notify();
+               });
+    done.WaitForNotification();
+    return out;
+  }
+  static CallOptions Options() {
+    CallOptions o;
+    o.deadline = absl::Now() + absl::Seconds(300);
+    return o;
+  }
+
+  // The variable's value and version, read in process (not through the stream under test).
+  uint64_t VersionAndValue(const std::string& name, std::vector<float>* value) {
+    PullRequest req;
+    *req.mutable_sender() = Chief();
+    req.add_names(name);
+    PullResponse resp;
+    absl::Status s = ps_->Pull(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return ~uint64_t{0};
+    const std::string& d = resp.values(0).value().data();
+    value->resize(d.size() / 4);
+    std::memcpy(value->data(), d.data(), d.size());
+    return resp.values(0).version();
+  }
+
+  std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<DataHandler> handler_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Service> streams_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string peer_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// Elements where `got` differs from want(i) bit for bit; the first is reported.
+template <typename Want>
+int64_t Mismatches(const std::vector<float>& got, Want want) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+    const float w = want(i);
+    if (std::memcmp(&got[i], &w, sizeof w) != 0) {
+      if (bad++ == 0) ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << w;
+    }
+  }
+  return bad;
+}
+
+TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
+  constexpr int64_t kFloats = (int64_t{600} << 20) / 4;
+  static_assert(kFloats * 4 > kMaxMessageBytes, "the tensor must not fit one message");
+  Create("big", kFloats);
+
+  std::vector<float> got(kFloats);
+  PullResponse resp;
+  ASSERT_TRUE(Pull("big", &got, &resp).ok());
+  ASSERT_EQ(resp.values_size(), 1);
+  EXPECT_EQ(resp.values(0).name(), "big");
+  EXPECT_EQ(resp.values(0).version(), 0u);
+  EXPECT_TRUE(resp.values(0).value().data().empty());
+  EXPECT_EQ(Mismatches(got, Pattern), 0);
+
+  std::vector<float> grad(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i) grad[i] = Grad(i);
+  ASSERT_TRUE(Push("big", grad).ok());
+  grad = {};
+  std::fill(got.begin(), got.end(), 0.0f);
+  ASSERT_TRUE(Pull("big", &got, &resp).ok());
+  EXPECT_EQ(resp.values(0).version(), 1u);
+  EXPECT_EQ(Mismatches(got, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
+}
+
+// A raw client of PushStream speaking protobuf's own encoding of the chunks, for bad streams.
+absl::Status RawPush(grpc::Channel* channel, const std::vector<PushChunk>& chunks) {
+  auto stub = TensorStreamService::NewStub(channel->shared_from_this());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  PushResponse resp;
+  std::unique_ptr<grpc::ClientWriter<PushChunk>> writer = stub->PushStream(&ctx, &resp);
+  for (const PushChunk& c : chunks) {
+    if (!writer->Write(c)) break;
+  }
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
+PushChunk Head(const std::string& name, std::vector<int64_t> shape) {
+  PushChunk c;
+  *c.mutable_head()->mutable_sender() = Worker(0);
+  Gradient* g = c.mutable_head()->add_gradients();
+  g->set_name(name);
+  g->mutable_gradient()->set_dtype(DT_FLOAT);
+  for (int64_t d : shape) g->mutable_gradient()->add_shape(d);
+  return c;
+}
+PushChunk Data(int index, int64_t offset, const std::vector<float>& v, int64_t from,
+               int64_t count) {
+  PushChunk c;
+  c.set_index(index);
+  c.set_offset(offset);
+  c.set_data(reinterpret_cast<const char*>(v.data() + from), count * 4);
+  return c;
+}
+
+TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
+  constexpr int64_t n = 1000;
+  Create("w", n);
+  std::vector<float> before;
+  ASSERT_EQ(VersionAndValue("w", &before), 0u);
+  std::vector<float> g(n, 1.0f);
+  std::vector<float> nan = g;
+  nan[n - 1] = std::nanf("");
+
+  struct Case {
+    const char* what;
+    std::vector<PushChunk> chunks;
+    absl::StatusCode code;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"a 1 TB claim",
+       {Head("w", {int64_t{1} << 38}), Data(0, 0, g, 0, n)},
+       absl::StatusCode::kInvalidArgument,
+       "over the limit of 17179869184 bytes per tensor"},
+      {"a 4 GB claim",
+       {Head("w", {int64_t{1} << 30}), Data(0, 0, g, 0, n)},
+       absl::StatusCode::kInvalidArgument,
+       "claims 4294967296 bytes; its variable holds 4000"},
+      {"an unknown variable", {Head("nope", {n})}, absl::StatusCode::kNotFound, "nope"},
+      {"data before the head",
+       {Data(0, 0, g, 0, n)},
+       absl::StatusCode::kInvalidArgument,
+       "data before the head"},
+      {"a second head",
+       {Head("w", {n}), Data(0, 0, g, 0, 10), Head("w", {n})},
+       absl::StatusCode::kInvalidArgument,
+       "second head"},
+      {"a chunk out of order",
+       {Head("w", {n}), Data(0, 400, g, 100, n - 100)},
+       absl::StatusCode::kInvalidArgument,
+       "at offset 400 out of order: expected gradient 0"},
+      {"a chunk of another gradient",
+       {Head("w", {n}), Data(1, 0, g, 0, n)},
+       absl::StatusCode::kInvalidArgument,
+       "a chunk for tensor 1 of a stream of 1"},
+      {"too many bytes",
+       {Head("w", {n}), Data(0, 0, g, 0, n), Data(0, 4000, g, 0, 1)},
+       absl::StatusCode::kInvalidArgument,
+       "expected no more chunks"},
+      {"too few bytes",
+       {Head("w", {n}), Data(0, 0, g, 0, n - 1)},
+       absl::StatusCode::kInvalidArgument,
+       "gradient 0 'w' got 3996 of its 4000 bytes"},
+      {"a wrong shape",
+       {Head("w", {n - 1}), Data(0, 0, g, 0, n - 1)},
+       absl::StatusCode::kInvalidArgument,
+       "shape"},
+      {"a non-finite value",
+       {Head("w", {n}), Data(0, 0, nan, 0, n)},
+       absl::StatusCode::kInvalidArgument,
+       "non-finite"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = RawPush(channel_.get(), c.chunks);
+    EXPECT_EQ(s.code(), c.code) << c.what << ": " << s;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << c.what << ": " << s;
+    std::vector<float> after;
+    EXPECT_EQ(VersionAndValue("w", &after), 0u) << c.what;
+    EXPECT_EQ(after, before) << c.what;
+  }
+  // The same stream, well formed, in protobuf's encoding and odd chunk sizes, applies once.
+  ASSERT_TRUE(
+      RawPush(channel_.get(), {Head("w", {n}), Data(0, 0, g, 0, 3), Data(0, 12, g, 3, n - 3)})
+          .ok());
+  std::vector<float> after;
+  EXPECT_EQ(VersionAndValue("w", &after), 1u);
+  EXPECT_EQ(Mismatches(after, [](int64_t i) { return Pattern(i) - 1.0f; }), 0);
+}
+
+TEST_F(StreamTest, ClientRefusesMismatchedBuffers) {
+  Create("w", 100);
+  std::vector<float> dest(100);
+  PullResponse resp;
+  absl::Status s = Pull("w", &dest, &resp, /*dest_floats=*/99);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("Pull at " + peer_ +
+                             ": variable 'w' has 400 bytes, its "
+                             "destination 396"),
+            std::string::npos)
+      << s;
+  std::vector<float> short_grad(99, 1.0f);
+  PushRequest head;
+  *head.mutable_sender() = Worker(0);
+  Gradient* g = head.add_gradients();
+  g->set_name("w");
+  g->mutable_gradient()->set_dtype(DT_FLOAT);
+  g->mutable_gradient()->add_shape(100);
+  absl::Status pushed;
+  PushResponse presp;
+  StreamPush(channel_.get(), peer_, Options(), head, {{short_grad.data(), 99 * 4}}, &presp,
+             [&](absl::Status st) { pushed = st; });  // refused before any call: inline
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kInvalidArgument) << pushed;
+  EXPECT_NE(pushed.message().find("gradient 0 'w' has 396 bytes, its dtype and shape need 400"),
+            std::string::npos)
+      << pushed;
+  std::vector<float> after;
+  EXPECT_EQ(VersionAndValue("w", &after), 0u);
+  // An unknown variable is the PS's NotFound, naming the peer.
+  s = Pull("nope", &dest, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("Pull at " + peer_), std::string::npos) << s;
+}
+
+TEST_F(StreamTest, ACancelledPullEndsCancelled) {
+  Create("w", 100);
+  std::vector<float> dest(100);
+  CallCanceller canceller;
+  canceller.Cancel();
+  CallOptions o = Options();
+  o.canceller = &canceller;
+  PullRequest req;
+  *req.mutable_sender() = Worker(0);
+  req.add_names("w");
+  PullResponse resp;
+  absl::Status out;
+  absl::Notification done;
+  StreamPull(channel_.get(), peer_, o, req, {{dest.data(), 400}}, &resp, [&](absl::Status s) {
+    out = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(out.code(), absl::StatusCode::kCancelled) << out;
+}
+
+// Peak memory of the PS (in this process) around a 256 MB push and pull, over what the variable,
+// the client's gradient and its pull buffer already hold: one copy of the variable at most (the
+// push's gradient buffer, then the pull's copy; never both), plus gRPC's buffers.
+TEST_F(StreamTest, PeakMemoryOfA256MbPushAndPull) {
+  constexpr int64_t kFloats = (int64_t{256} << 20) / 4;
+  constexpr int64_t kBytes = kFloats * 4;
+  Create("m", kFloats);
+  std::vector<float> grad(kFloats, 0.5f);
+  std::vector<float> dest(kFloats, 0.0f);
+  ASSERT_TRUE(ResetPeakRss()) << "cannot reset VmHWM";
+  const int64_t base = Rss();
+  ASSERT_GT(base, 3 * kBytes);
+  ASSERT_LE(PeakRss(), base + (int64_t{8} << 20));  // the reset took
+  ASSERT_TRUE(Push("m", grad).ok());
+  const int64_t push_extra = PeakRss() - base;
+  ASSERT_TRUE(ResetPeakRss());
+  PullResponse resp;
+  ASSERT_TRUE(Pull("m", &dest, &resp).ok());
+  const int64_t pull_extra = PeakRss() - base;
+  EXPECT_EQ(Mismatches(dest, [](int64_t i) { return Pattern(i) - 0.5f; }), 0);
+  // The variable (SGD: no slots) plus what streaming it took, against the variable alone.
+  const int64_t extra = std::max(push_extra, pull_extra);
+  const double ratio = static_cast<double>(kBytes + extra) / kBytes;
+  std::printf(
+      "PS peak around a 256 MB push+pull: variable %lld MB + at most %lld MB streaming (push "
+      "%lld MB, pull %lld MB) = %.2fx the variable\n",
+      static_cast<long long>(kBytes >> 20), static_cast<long long>(extra >> 20),
+      static_cast<long long>(push_extra >> 20), static_cast<long long>(pull_extra >> 20), ratio);
+  RecordProperty("peak_ratio", std::to_string(ratio));
+  // One copy (the push's gradient, or the pull's copy of the value) and gRPC's buffers; a second
+  // copy would pass this.
+  EXPECT_LE(extra, kBytes + kBytes / 2) << "more than one extra copy of the variable";
+}
+
+}  // namespace
+}  // namespace pstrain
