@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define PSTRAIN_HALF_X86 1
@@ -212,6 +215,27 @@ int DtypeBytes(DataType dtype) {
       return 2;
     default:
       return 0;
+  }
+}
+
+absl::StatusOr<DataType> DtypeFromName(const std::string& name) {
+  if (name == "float32") return DT_FLOAT;
+  if (name == "float16") return DT_HALF;
+  if (name == "bfloat16") return DT_BFLOAT16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name, "\" (known: float32, float16, bfloat16)"));
+}
+
+std::string DtypeName(DataType dtype) {
+  switch (dtype) {
+    case DT_FLOAT:
+      return "float32";
+    case DT_HALF:
+      return "float16";
+    case DT_BFLOAT16:
+      return "bfloat16";
+    default:
+      return "";
   }
 }
 

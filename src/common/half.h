@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "tensor.pb.h"
 
 namespace pstrain {
@@ -19,6 +21,11 @@ void Bfloat16ToFloat(const uint16_t* in, float* out, int64_t n);
 // Bytes per element of `dtype` on the wire (4 for DT_FLOAT, 2 for DT_HALF and DT_BFLOAT16); 0
 // for an unknown one.
 int DtypeBytes(DataType dtype);
+
+// `--push_dtype` names: "float32", "float16" or "bfloat16" to DT_FLOAT, DT_HALF or DT_BFLOAT16;
+// InvalidArgument naming the known ones otherwise. DtypeName is the inverse ("" if unknown).
+absl::StatusOr<DataType> DtypeFromName(const std::string& name);
+std::string DtypeName(DataType dtype);
 
 // For tests: whether the functions above take the vector path on this CPU, and the scalar code
 // they otherwise run (and run for the tail of an array).
