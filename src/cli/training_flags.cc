@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/half.h"
 
 namespace pstrain {
 namespace {
@@ -50,6 +51,7 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--test_data", "--model", kBuiltIn},
       {"--holdout", "--model", kBuiltIn},
       {"--bad_lines", "--model", kBuiltIn},
+      {"--push_dtype", "--model", kBuiltIn},
       {"--hidden", "--model", {"mlp", "wide_deep"}},
       {"--batch", "--model", kBuiltIn},
       {"--epochs", "--model", kBuiltIn},
@@ -159,6 +161,10 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--seed", c.seed, "seed for initialisation and shuffling")->capture_default_str();
   // Consistency.
   app->add_option("--mode", c.mode, "async, sync or ssp")->capture_default_str();
+  app->add_option("--push_dtype", push_dtype_,
+                  "element type of pushed dense gradients on the wire: float32, float16 or "
+                  "bfloat16 (half the bytes; the PS widens them and keeps float32)")
+      ->capture_default_str();
   app->add_option("--replicas_to_aggregate", c.replicas_to_aggregate,
                   "sync: gradients averaged per step; more workers are backups (0 = all)")
       ->capture_default_str();
@@ -282,6 +288,12 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
         absl::StrCat("--nonfinite must be skip or stop, not \"", nonfinite_, "\""));
   }
   c.stop_on_nonfinite = nonfinite_ == "stop";
+  absl::StatusOr<DataType> push_dtype = DtypeFromName(push_dtype_);
+  if (!push_dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--push_dtype: ", push_dtype.status().message()));
+  }
+  c.push_dtype = *push_dtype;
   if (bad_lines_ != "skip" && bad_lines_ != "stop") {
     return absl::InvalidArgumentError(
         absl::StrCat("--bad_lines must be skip or stop, not \"", bad_lines_, "\""));

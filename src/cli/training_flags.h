@@ -41,6 +41,7 @@ class TrainingFlags {
   int64_t step_size_ = 0, warmup_steps_ = 0, total_steps_ = 0;
   double decay_rate_ = 0, min_lr_ = 0;
   std::string nonfinite_ = "skip";
+  std::string push_dtype_ = "float32";
   std::string bad_lines_ = "stop";
   std::string table_optimizer_ = "adagrad";
   double table_lr_ = 0.1;

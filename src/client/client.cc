@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
 #include "client/options_proto.h"
 #include "client/ps_client.h"
 #include "client/table_client.h"
+#include "common/half.h"
 #include "common/initializer_def.h"
 #include "common/limits.h"
 #include "common/rpc.h"
@@ -24,6 +26,9 @@ absl::Status CheckOptions(const ClientOptions& o) {
     return bad("client options: task ", o.task, " is not in [0, ", kMaxTasks, ")");
   }
   if (o.timeout <= absl::ZeroDuration()) return bad("client options: timeout must be positive");
+  if (absl::StatusOr<DataType> d = DtypeFromName(o.push_dtype); !d.ok()) {
+    return bad("client options: push_dtype: ", d.status().message());
+  }
   return absl::OkStatus();
 }
 
@@ -96,80 +101,6 @@ absl::StatusOr<std::vector<std::string>> PsAddresses(const RegisterResponse& res
 
 }  // namespace
 
-class Client::Impl {
- public:
-  Impl(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master)
-      : options_(options),
-        chief_("chief " + options.chief),
-        sender_(MakeSender("worker", options.task)),
-        master_(std::move(master)) {}
-
-  absl::Status Connect();
-  absl::StatusOr<int> CreateVariable(const VariableOptions& v);
-  absl::Status Pull(std::vector<const float*>* values);
-  absl::Status Push(const std::vector<TensorView>& grads, int64_t examples,
-                    std::optional<double> loss);
-  absl::StatusOr<int> CreateTable(const TableOptions& t);
-  absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
-                      std::vector<const float*>* rows);
-  absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
-                          const std::vector<std::vector<float>>& grads, int64_t examples,
-                          std::optional<double> loss);
-  absl::Status Barrier(const std::string& name);
-  absl::Status Done(const absl::Status& outcome);
-
-  int64_t global_step() const { return global_step_; }
-  int64_t pushes() const { return pushes_; }
-  const std::string& mode() const { return mode_; }
-  int num_ps() const { return static_cast<int>(ps_addresses_.size()); }
-
- private:
-  absl::Status CheckUsable() const;
-  absl::Status WaitAtBarrier(const std::string& name);
-  absl::Status Report(bool done, const std::string& error);
-  // After a push of `kind`: counts the step (see Client::pushes), adds the examples and loss,
-  // and reports progress every kReportEvery steps.
-  enum class Pushed { kNone, kDense, kSparse, kPaired };
-  absl::Status AfterPush(Pushed kind, int64_t examples, std::optional<double> loss);
-  void RebuildPsClient();
-  void RebuildTableClient();
-  std::unique_ptr<grpc::ClientContext> Context() const {
-    return ContextWithTimeout(options_.timeout);
-  }
-
-  // Constant after Connect.
-  const ClientOptions options_;
-  const std::string chief_;  // "chief host:port", for messages
-  const Sender sender_;
-  const std::unique_ptr<MasterService::Stub> master_;
-  std::string mode_;
-  std::vector<std::string> ps_addresses_;  // from the chief, by task
-
-  std::vector<VariableRef> variables_;  // in creation order
-  std::unique_ptr<PsClient> ps_;        // over variables_; rebuilt by CreateVariable
-  bool pulled_ = false;                 // a Pull since the last CreateVariable
-  bool after_barrier_ = false;          // sync: the next Pull must not wait for a step
-  uint64_t next_min_version_ = 0;       // sync: the step the next Pull waits for
-
-  std::vector<TableRef> tables_;               // in creation order
-  std::unique_ptr<TableClient> table_client_;  // over tables_; rebuilt by CreateTable
-  std::vector<std::vector<float>> rows_;       // of the last Lookup, by table
-  bool looked_up_ = false;                     // a Lookup since the last CreateTable
-  bool tables_after_barrier_ = false;          // sync: the next Lookup must not wait for a step
-  uint64_t next_table_version_ = 0;            // sync: the step the next Lookup waits for
-  Pushed pushed_ = Pushed::kNone;              // pushes since the last Pull or Lookup
-
-  int64_t global_step_ = 0;
-  int64_t pushes_ = 0;
-  int64_t examples_ = 0;
-  int64_t stale_dropped_ = 0;
-  double loss_sum_ = 0;  // since the last progress report
-  int loss_count_ = 0;
-  double last_loss_ = 0;
-  bool stopping_ = false;  // the chief said the job is ending
-  bool done_ = false;
-};
-
 absl::Status Client::Impl::Connect() {
   RegisterRequest req;
   *req.mutable_sender() = sender_;
@@ -186,13 +117,9 @@ absl::Status Client::Impl::Connect() {
   if (!ps.ok()) return ps.status();
   ps_addresses_ = *std::move(ps);
   mode_ = resp.mode();
+  push_dtype_ = *DtypeFromName(options_.push_dtype);  // CheckOptions accepted it
   RebuildPsClient();
   return WaitAtBarrier(kStartBarrier);
-}
-
-void Client::Impl::RebuildPsClient() {
-  ps_ = std::make_unique<PsClient>(ps_addresses_, variables_, sender_, options_.timeout);
-  pulled_ = false;
 }
 
 absl::Status Client::Impl::CheckUsable() const {
@@ -203,6 +130,7 @@ absl::Status Client::Impl::CheckUsable() const {
 
 absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
   if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
+  if (absl::Status s = CheckIdle("CreateVariable"); !s.ok()) return s;
   if (absl::Status s = CheckVariable(v); !s.ok()) return s;
   CreateVariableRequest req;
   *req.mutable_sender() = sender_;
@@ -232,40 +160,6 @@ absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
   variables_.push_back(*std::move(ref));
   RebuildPsClient();
   return static_cast<int>(variables_.size() - 1);
-}
-
-absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
-  if (absl::Status s = CheckUsable(); !s.ok()) return s;
-  if (variables_.empty()) {
-    return absl::FailedPreconditionError("Pull before any CreateVariable: nothing to pull");
-  }
-  const bool sync = mode_ == "sync";
-  // Sync: after a barrier the step after this worker's last push may never come (the others
-  // may have stopped pushing), so read the step that is there, one step on every PS. Ssp keeps
-  // its clock: only workers still training hold it back.
-  const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
-  absl::Status s = ps_->Pull(values, min_version, mode_ == "ssp" ? pushes_ : 0, sync);
-  if (!s.ok()) return s;
-  pulled_ = true;
-  after_barrier_ = false;
-  pushed_ = Pushed::kNone;
-  global_step_ = static_cast<int64_t>(ps_->min_version_read());
-  return absl::OkStatus();
-}
-
-absl::Status Client::Impl::Push(const std::vector<TensorView>& grads, int64_t examples,
-                                std::optional<double> loss) {
-  if (absl::Status s = CheckUsable(); !s.ok()) return s;
-  if (!pulled_) {
-    return absl::FailedPreconditionError(
-        "Push without a Pull since the last CreateVariable: pull the variables first");
-  }
-  int stale = 0;
-  if (absl::Status s = ps_->Push(grads, &stale); !s.ok()) return s;
-  // Sync: the step this push contributed to is the one read; the next pull waits for the next.
-  next_min_version_ = ps_->min_version_read() + 1;
-  stale_dropped_ += stale;
-  return AfterPush(Pushed::kDense, examples, loss);
 }
 
 absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optional<double> loss) {
@@ -375,7 +269,8 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   }
   // Pause first: a worker waiting here must not hold back the steps of those still training,
   // or they would wait in a pull for this worker while it waits for them.
-  if (absl::Status s = ps_->Leave(/*pause=*/true); !s.ok()) return s;
+  if (absl::Status s = CheckIdle("Barrier"); !s.ok()) return s;
+  if (absl::Status s = ps_[current_]->Leave(/*pause=*/true); !s.ok()) return s;
   after_barrier_ = true;
   tables_after_barrier_ = true;
   return WaitAtBarrier(name);
@@ -394,10 +289,11 @@ absl::Status Client::Impl::WaitAtBarrier(const std::string& name) {
 
 absl::Status Client::Impl::Done(const absl::Status& outcome) {
   if (done_) return absl::FailedPreconditionError("Done() was already called");
+  if (absl::Status s = CheckIdle("Done"); !s.ok()) return s;
   done_ = true;
   // Leave first: once the last worker reports done the chief shuts the PS down. After the
   // chief said stop, the PS may already be gone and no step waits for this worker any more.
-  absl::Status left = stopping_ ? absl::OkStatus() : ps_->Leave();
+  absl::Status left = stopping_ ? absl::OkStatus() : ps_[current_]->Leave();
   absl::Status reported = Report(outcome.ok(), outcome.ok() ? "" : std::string(outcome.message()));
   return !left.ok() ? left : reported;
 }
@@ -426,6 +322,13 @@ absl::Status Client::Push(const std::vector<Tensor>& grads, int64_t examples,
 absl::Status Client::Push(const std::vector<TensorView>& grads, int64_t examples,
                           std::optional<double> loss) {
   return impl_->Push(grads, examples, loss);
+}
+PendingCall Client::PullAsync(std::vector<const float*>* values) {
+  return impl_->PullAsync(values);
+}
+PendingCall Client::PushAsync(const std::vector<TensorView>& grads, int64_t examples,
+                              std::optional<double> loss) {
+  return impl_->PushAsync(grads, examples, loss);
 }
 absl::StatusOr<int> Client::CreateTable(const TableOptions& t) { return impl_->CreateTable(t); }
 absl::Status Client::Lookup(const std::vector<std::vector<uint64_t>>& keys,

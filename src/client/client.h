@@ -29,7 +29,9 @@
 // The PS addresses come from the chief when the client registers, in the chief's task order, so
 // a client cannot address the wrong PS.
 // Threads: a Client is used by one thread at a time (it keeps per-call buffers); several
-// threads of one process need a Client each (and distinct tasks).
+// threads of one process need a Client each (and distinct tasks). PullAsync and PushAsync
+// (below) run their calls on the Client's own threads, so pulls and pushes overlap with the
+// caller's computation.
 // Errors: every call returns a status; none throws. Each RPC has ClientOptions::timeout as its
 // deadline; errors name the peer and the call ("Pull at ps:1 127.0.0.1:2222: ..."). Cancelled
 // from Pull or Push means the chief is ending the job: stop training and call Done().
@@ -55,6 +57,10 @@ struct ClientOptions {
   // Longest wait to reach the chief and for the start barrier, and the deadline of every call
   // (a sync Pull waiting for slower workers, a Barrier).
   absl::Duration timeout = absl::Seconds(60);
+  // The element type dense gradients travel in from Push: "float32", or "float16" or
+  // "bfloat16" for half the bytes (rounded to nearest even; the PS widen them back and keep
+  // float32 variables). Push still takes float32 gradients. Sparse pushes stay float32.
+  std::string push_dtype = "float32";
 
   // The options of the worker that the environment variable TF_CONFIG (TensorFlow's JSON
   // cluster format) describes: chief = cluster.chief[0], task = task.index, which must have
@@ -149,6 +155,34 @@ struct TableOptions {
   int64_t max_bytes_per_ps = 0;
 };
 
+// A PullAsync or PushAsync in flight: its call runs on a thread of the Client while the caller
+// works. Movable, not copyable; it must not outlive its Client, and is used from the thread that
+// uses the Client.
+class PendingCall {
+ public:
+  PendingCall(PendingCall&&) noexcept;
+  PendingCall& operator=(PendingCall&&) noexcept;
+  // Waits for a call not yet waited for (it has the client's timeout as its deadline) and
+  // applies its result, which is then lost.
+  ~PendingCall();
+
+  // Waits until the call returned, at most until `deadline`, and returns what Pull or Push
+  // would have returned; the same again on later calls. DeadlineExceeded if it has not
+  // returned by then: it keeps running, and Wait may be called again.
+  absl::Status Wait(absl::Time deadline);
+  absl::Status Wait(absl::Duration timeout) { return Wait(absl::Now() + timeout); }
+  // Whether the call returned (Wait will not block).
+  bool done() const;
+
+  // Internal: made by the Client.
+  struct State;
+  explicit PendingCall(std::shared_ptr<State> state);
+
+ private:
+  void Finish();  // waits for an unfinished call, then applies it
+  std::shared_ptr<State> state_;
+};
+
 class Client {
  public:
   // Registers as worker `task` with the chief (retried with backoff until `timeout` while the
@@ -196,6 +230,34 @@ class Client {
   // The same from views of the caller's memory, which must hold the floats until it returns.
   absl::Status Push(const std::vector<TensorView>& grads, int64_t examples = 0,
                     std::optional<double> loss = std::nullopt);
+
+  // Overlap of communication with computation: PullAsync and PushAsync start Pull and Push on
+  // the Client's own threads and return at once; one pull and one push may be in flight at a
+  // time, both at once, e.g. the pull of step t+1 while step t computes and pushes:
+  //
+  //   c->Pull(&values);
+  //   for (...) {
+  //     PendingCall next = c->PullAsync(&next_values);  // step t+1's values, in flight
+  //     ...compute grads from values...;
+  //     c->PushAsync(grads).Wait(timeout);  // or keep it and wait later
+  //     next.Wait(timeout);  // then values = next_values
+  //   }
+  //
+  // Values so pulled miss the gradients pushed while the pull was in flight: async and ssp
+  // training then computes each step's gradients from values one step staler. In sync mode a
+  // pull reads the step the last push completes, so PullAsync with a PushAsync not yet waited
+  // for is FailedPrecondition there. Pulled values are those of a Pull; *values is set when
+  // Wait returns OK; `values` must stay valid until then, and the floats it points at are valid
+  // until the next pull's Wait returns (the pull in flight writes other buffers), or
+  // CreateVariable or Done. A push is tagged with the versions of the last pull whose Wait
+  // returned OK, so it belongs with values in hand, not with a pull in flight. PushAsync reads
+  // the floats of `grads` while in flight: they must stay valid and unchanged until its Wait
+  // returns. An error of the call, or a refused start (FailedPrecondition for a second pull or
+  // push in flight, or as Pull and Push refuse), is Wait's result. CreateVariable, Barrier and
+  // Done are FailedPrecondition while a call is in flight (not yet waited for).
+  PendingCall PullAsync(std::vector<const float*>* values);
+  PendingCall PushAsync(const std::vector<TensorView>& grads, int64_t examples = 0,
+                        std::optional<double> loss = std::nullopt);
 
   // Gets or creates the table on every PS (MasterService.CreateTable): a table of that name
   // that exists is returned if its definition is the same, else InvalidArgument from the chief

@@ -50,6 +50,7 @@ struct JobConfig {
   std::string partitioner = "auto";
   std::string placement = "greedy";  // greedy (by bytes) or round_robin
   bool stop_on_nonfinite = false;    // a NaN/Inf gradient stops the job; else skipped and counted
+  DataType push_dtype = DT_FLOAT;    // dense gradients on the wire: float32, float16 or bfloat16
   int slow_worker = -1;              // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set

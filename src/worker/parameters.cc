@@ -9,81 +9,78 @@
 
 namespace pstrain {
 
-// One thread kept for the second call of a step (the lookup next to the pull, the sparse push
-// next to the dense one), so that no thread is started per step.
-class ModelParameters::SideThread {
- public:
-  SideThread() : thread_([this] { Loop(); }) {}
-  ~SideThread() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
+namespace {
 
-  // Runs `here` on this thread and `there` on the side thread at the same time; the first error
-  // wins.
-  absl::Status Both(const std::function<absl::Status()>& here,
-                    const std::function<absl::Status()>& there) {
-    {
-      absl::MutexLock lock(&mu_);
-      task_ = &there;
-      done_ = false;
-    }
-    absl::Status s = here();
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    return s.ok() ? result_ : s;
-  }
+// The margin past a call's own deadline (the rpc timeout) that a wait for it allows for its
+// scheduling.
+constexpr absl::Duration kWaitMargin = absl::Seconds(10);
 
- private:
-  bool Ready() const { return stop_ || task_ != nullptr; }
-  void Loop() {
-    absl::MutexLock lock(&mu_);
-    while (true) {
-      mu_.Await(absl::Condition(this, &SideThread::Ready));
-      if (stop_) return;
-      const std::function<absl::Status()>* task = task_;
-      task_ = nullptr;
-      mu_.Unlock();
-      absl::Status r = (*task)();
-      mu_.Lock();
-      result_ = std::move(r);
-      done_ = true;
-    }
-  }
+// Runs `here` on this thread and `there` on `side` at the same time; the first error wins.
+absl::Status Both(CallThread* side, absl::Duration timeout,
+                  const std::function<absl::Status()>& here,
+                  const std::function<absl::Status()>& there) {
+  std::shared_ptr<CallThread::Call> call = side->Start(there);
+  absl::Status s = here();
+  // `there` refers to the caller's frame: wait for it to return, past any deadline.
+  absl::Status t = call->Wait(absl::Now() + timeout + kWaitMargin);
+  while (!call->done()) t = call->Wait(absl::Now() + timeout + kWaitMargin);
+  return s.ok() ? t : s;
+}
 
-  absl::Mutex mu_;
-  const std::function<absl::Status()>* task_ = nullptr;  // the call to run next
-  bool done_ = false;                                    // it returned
-  bool stop_ = false;
-  absl::Status result_;
-  std::thread thread_;  // last: starts once the fields above are set
-};
+}  // namespace
 
 ModelParameters::ModelParameters(const std::vector<std::string>& ps_addresses,
                                  std::vector<VariableRef> variables, std::vector<TableRef> tables,
                                  const Sender& sender, absl::Duration timeout,
                                  CallCanceller* canceller)
-    : dense_(ps_addresses, std::move(variables), sender, timeout) {
-  if (canceller != nullptr) dense_.set_canceller(canceller);
+    : timeout_(timeout) {
+  for (std::unique_ptr<PsClient>& d : dense_) {
+    d = std::make_unique<PsClient>(ps_addresses, variables, sender, timeout);
+    if (canceller != nullptr) d->set_canceller(canceller);
+  }
   if (!tables.empty()) {
     tables_ = std::make_unique<TableClient>(ps_addresses, std::move(tables), sender, timeout);
-    side_ = std::make_unique<SideThread>();
     if (canceller != nullptr) tables_->set_canceller(canceller);
   }
+}
+
+void ModelParameters::set_push_dtype(DataType dtype) {
+  for (std::unique_ptr<PsClient>& d : dense_) d->set_push_dtype(dtype);
+}
+
+void ModelParameters::Prefetch(int64_t clock) {
+  if (prefetch_ != nullptr) return;
+  const int next = 1 - current_;
+  prefetch_ = side_[next].Start(
+      [this, next, clock] { return dense_[next]->Pull(&values_[next], 0, clock); });
+}
+
+absl::Status ModelParameters::DropPrefetch() {
+  if (prefetch_ == nullptr) return absl::OkStatus();
+  // The pull has the rpc timeout as its deadline; this margin only covers its scheduling.
+  absl::Status s = prefetch_->Wait(absl::Now() + timeout_ + kWaitMargin);
+  if (!absl::IsDeadlineExceeded(s) || prefetch_->done()) prefetch_ = nullptr;
+  return s;
 }
 
 absl::Status ModelParameters::Read(const std::vector<std::vector<uint64_t>>& keys,
                                    uint64_t min_version, int64_t clock, bool sync,
                                    ModelInputs* in) {
-  auto pull = [&] { return dense_.Pull(&values_, min_version, clock, sync); };
-  absl::Status s = tables_ == nullptr ? pull() : side_->Both(pull, [&] {
-    return tables_->Lookup(keys, &rows_, min_version, clock);
-  });
+  absl::Status s;
+  auto lookup = [&] { return tables_->Lookup(keys, &rows_, min_version, clock); };
+  if (prefetch_ != nullptr) {  // the dense pull is in flight: look up meanwhile
+    s = tables_ == nullptr ? absl::OkStatus() : lookup();
+    absl::Status p = DropPrefetch();
+    if (prefetch_ != nullptr) return p;  // still in flight past its deadline
+    current_ = 1 - current_;
+    if (s.ok()) s = p;
+  } else {
+    PsClient& dense = *dense_[current_];
+    auto pull = [&] { return dense.Pull(&values_[current_], min_version, clock, sync); };
+    s = tables_ == nullptr ? pull() : Both(&side_[0], timeout_, pull, lookup);
+  }
   if (!s.ok()) return s;
-  in->params = values_;
+  in->params = values_[current_];
   in->rows.clear();
   if (tables_ != nullptr) {
     for (const std::vector<float>& r : rows_) in->rows.push_back(r.data());
@@ -92,7 +89,7 @@ absl::Status ModelParameters::Read(const std::vector<std::vector<uint64_t>>& key
 }
 
 uint64_t ModelParameters::step() const {
-  const uint64_t dense = dense_.min_version_read();
+  const uint64_t dense = dense_[current_]->min_version_read();
   return tables_ == nullptr ? dense : std::min(dense, tables_->min_version_read());
 }
 
@@ -100,8 +97,10 @@ absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& ke
                                     const ModelGrads& grads, bool sync, int* stale_dropped,
                                     const PushTag* tag) {
   int dense_dropped = 0, table_dropped = 0;
-  auto push = [&] { return dense_.Push(grads.params, &dense_dropped, tag); };
-  absl::Status s = tables_ == nullptr ? push() : side_->Both(push, [&] {
+  // dense_[current_] holds the versions the gradients were computed from; a prefetch in flight
+  // runs on the other client.
+  auto push = [&] { return dense_[current_]->Push(grads.params, &dense_dropped, tag); };
+  absl::Status s = tables_ == nullptr ? push() : Both(&side_[current_], timeout_, push, [&] {
     return tables_->Push(keys, grads.rows, /*every_ps=*/sync, &table_dropped, tag);
   });
   *stale_dropped = dense_dropped + table_dropped;
@@ -110,7 +109,12 @@ absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& ke
 
 ModelParameters::~ModelParameters() = default;
 
-absl::Status ModelParameters::Leave(bool pause) { return dense_.Leave(pause); }
+absl::Status ModelParameters::Leave(bool pause) {
+  // A pull in flight would otherwise race this client's Leave on the PS (and its values would
+  // be read at the clock this worker had before pausing).
+  if (absl::Status s = DropPrefetch(); !s.ok() && prefetch_ != nullptr) return s;
+  return dense_[current_]->Leave(pause);
+}
 
 std::string NonFinite(const ModelGrads& grads, const std::vector<ParamSpec>& params,
                       const std::vector<TableSpec>& tables,

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/call_thread.h"
 #include "client/ps_client.h"
 #include "client/table_client.h"
 #include "common/rpc.h"
@@ -26,9 +27,14 @@ class ModelParameters {
                   CallCanceller* canceller);
   ~ModelParameters();
 
+  // The element type of the dense gradients Write pushes (PsClient::set_push_dtype).
+  void set_push_dtype(DataType dtype);
+
   // Pulls every dense variable and looks up keys[t] (distinct keys) of every table t. On success
   // in->params and in->rows point at the values, valid until the next Read. `sync`: both wait
-  // for global step `min_version` and read one step; `clock` is the worker's ssp clock.
+  // for global step `min_version` and read one step; `clock` is the worker's ssp clock. After a
+  // Prefetch the dense values are those it pulled (its min_version and clock; it is waited
+  // for here), and only the lookup is made now.
   absl::Status Read(const std::vector<std::vector<uint64_t>>& keys, uint64_t min_version,
                     int64_t clock, bool sync, ModelInputs* in);
   // The smallest version the last Read returned (the global step in sync mode).
@@ -38,15 +44,27 @@ class ModelParameters {
   // `tag` (may be null): the batch of the task the gradients come from, on every request.
   absl::Status Write(const std::vector<std::vector<uint64_t>>& keys, const ModelGrads& grads,
                      bool sync, int* stale_dropped, const PushTag* tag = nullptr);
+  // Starts the dense pull of the next Read (async and ssp: its values then miss the gradients
+  // of the Write that follows, one step staler) on a second PsClient, so that it is in flight
+  // while the caller computes and pushes; the values of the last Read stay valid meanwhile, and
+  // the next Write is still tagged with the versions they were read at. Ignored while a
+  // prefetch is in flight.
+  void Prefetch(int64_t clock);
   // Tells every PS this worker is done, or with `pause` that it waits (until its next push).
+  // Waits for a prefetch in flight first, and drops it.
   absl::Status Leave(bool pause = false);
 
  private:
-  class SideThread;
-  PsClient dense_;
+  absl::Status DropPrefetch();
+  const absl::Duration timeout_;
+  // Two clients of the dense variables used in turn: dense_[current_] read the values of the
+  // last Read and pushes their gradients; the other takes the prefetch.
+  std::unique_ptr<PsClient> dense_[2];
+  int current_ = 0;
   std::unique_ptr<TableClient> tables_;  // null for a model without tables
-  std::unique_ptr<SideThread> side_;     // with tables: runs their calls next to the dense ones
-  std::vector<const float*> values_;
+  CallThread side_[2];                   // dense_[i]'s prefetch; side_[0] also runs table calls
+  std::shared_ptr<CallThread::Call> prefetch_;  // in flight on dense_[1 - current_], or null
+  std::vector<const float*> values_[2];
   std::vector<std::vector<float>> rows_;
 };
 

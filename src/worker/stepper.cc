@@ -24,6 +24,7 @@ Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOp
   params_ = std::make_unique<ModelParameters>(options.ps_addresses, *std::move(vars),
                                               *std::move(tables), options.sender,
                                               absl::Seconds(spec.rpc_timeout_s()), options.cancel);
+  params_->set_push_dtype(spec.push_dtype() == DT_INVALID ? DT_FLOAT : spec.push_dtype());
   *report_.mutable_sender() = options.sender;
   batch_.dense_dim = data.dense_dim;
 }
@@ -81,6 +82,11 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
     Fail(s);
     return Outcome::kStop;
   }
+  // Async and ssp: the next step's dense pull travels while this one computes and pushes (at
+  // the clock this worker will have then). Its values miss this step's gradients, so every
+  // step's gradients are one step staler than without the overlap (in ssp, one step beyond the
+  // staleness bound). Sync steps must read the step this push completes: no overlap.
+  if (!sync_) params_->Prefetch(ssp_ ? report_.steps() + 1 : 0);
   const uint64_t step = params_->step();
   const bool queue = spec_.task_queue();
   if (sync_ && !queue && static_cast<int64_t>(step) >= spec_.total_steps()) {

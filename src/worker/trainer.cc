@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "client/table_client.h"
+#include "common/half.h"
 #include "common/rpc.h"
 #include "data/data.h"
 #include "worker/parameters.h"
@@ -103,6 +104,10 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
   }
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
     return Bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
+  }
+  if (spec.push_dtype() != DT_INVALID && DtypeName(spec.push_dtype()).empty()) {
+    return Bad("unknown push dtype ", static_cast<int>(spec.push_dtype()),
+               " (known: float32, float16, bfloat16)");
   }
   if (spec.task_queue()) {
     if (spec.num_shards() != 1) {

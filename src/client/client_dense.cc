@@ -1,0 +1,177 @@
+// The dense variables' pulls and pushes of a Client, blocking or in flight (PendingCall).
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+
+namespace pstrain {
+namespace {
+
+// The margin past a call's own deadline (the client's timeout) that waiting for it allows for
+// its scheduling on the client's thread.
+constexpr absl::Duration kWaitMargin = absl::Seconds(10);
+
+}  // namespace
+
+struct PendingCall::State {
+  std::shared_ptr<CallThread::Call> call;  // null when the call was refused at the start
+  // Applies the call's status to the client (on the thread that waits), once.
+  std::function<absl::Status(absl::Status)> finish;
+  bool finished = false;
+  absl::Status result;  // once finished: finish's answer, or the refusal
+  absl::Duration timeout;
+};
+
+PendingCall::PendingCall(std::shared_ptr<State> state) : state_(std::move(state)) {}
+PendingCall::PendingCall(PendingCall&&) noexcept = default;
+PendingCall& PendingCall::operator=(PendingCall&& other) noexcept {
+  if (this != &other) {
+    Finish();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+PendingCall::~PendingCall() { Finish(); }
+
+void PendingCall::Finish() {
+  // The call ends by its own deadline; each wait is bounded, and repeated only while it runs.
+  while (state_ != nullptr && !state_->finished) {
+    (void)Wait(absl::Now() + state_->timeout + kWaitMargin);
+  }
+}
+
+absl::Status PendingCall::Wait(absl::Time deadline) {
+  if (state_ == nullptr) return absl::FailedPreconditionError("Wait on a moved-from PendingCall");
+  State& st = *state_;
+  if (st.finished) return st.result;
+  absl::Status s = st.call->Wait(deadline);
+  if (!st.call->done()) return s;
+  st.result = st.finish(std::move(s));
+  st.finish = nullptr;
+  st.finished = true;
+  return st.result;
+}
+
+bool PendingCall::done() const {
+  return state_ == nullptr || state_->finished || state_->call->done();
+}
+
+void Client::Impl::RebuildPsClient() {
+  for (int i = 0; i < 2; ++i) {
+    ps_[i] = std::make_unique<PsClient>(ps_addresses_, variables_, sender_, options_.timeout);
+    ps_[i]->set_push_dtype(push_dtype_);
+    pull_values_[i].clear();
+  }
+  current_ = 0;
+  pulled_ = false;
+}
+
+absl::Status Client::Impl::CheckIdle(const char* what) const {
+  if (pull_in_flight_ == nullptr && push_in_flight_ == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " while a PullAsync or PushAsync is in flight: Wait for it first"));
+}
+
+// Pull and Push are their asynchronous forms, waited for: one code path.
+absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
+  return PullAsync(values).Wait(absl::Now() + options_.timeout + kWaitMargin);
+}
+
+absl::Status Client::Impl::Push(const std::vector<TensorView>& grads, int64_t examples,
+                                std::optional<double> loss) {
+  return PushAsync(grads, examples, loss).Wait(absl::Now() + options_.timeout + kWaitMargin);
+}
+
+PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
+  auto st = std::make_shared<PendingCall::State>();
+  st->timeout = options_.timeout;
+  auto refuse = [&](absl::Status s) {
+    st->result = std::move(s);
+    st->finished = true;
+    return PendingCall(st);
+  };
+  if (absl::Status s = CheckUsable(); !s.ok()) return refuse(s);
+  if (variables_.empty()) {
+    return refuse(absl::FailedPreconditionError("Pull before any CreateVariable: nothing to pull"));
+  }
+  if (pull_in_flight_ != nullptr) {
+    return refuse(absl::FailedPreconditionError(
+        "PullAsync while another pull is in flight: Wait for it first"));
+  }
+  const bool sync = mode_ == "sync";
+  if (sync && push_in_flight_ != nullptr) {
+    return refuse(absl::FailedPreconditionError(
+        "PullAsync in sync mode while a PushAsync is in flight: the pull reads the step that "
+        "push completes, so Wait for the push first"));
+  }
+  // Sync: after a barrier the step after this worker's last push may never come (the others
+  // may have stopped pushing), so read the step that is there, one step on every PS. Ssp keeps
+  // its clock: only workers still training hold it back; a push in flight counts.
+  const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
+  const int64_t clock = mode_ == "ssp" ? pushes_ + (push_in_flight_ != nullptr ? 1 : 0) : 0;
+  // The other client than the one pushes go through: the values in hand and the versions
+  // their push is tagged with stay as they are while this pull is in flight.
+  const int target = 1 - current_;
+  PsClient* ps = ps_[target].get();
+  std::vector<const float*>* out = &pull_values_[target];
+  st->call = threads_[target].Start(
+      [ps, out, min_version, clock, sync] { return ps->Pull(out, min_version, clock, sync); });
+  st->finish = [this, target, values](absl::Status s) {
+    pull_in_flight_ = nullptr;
+    if (!s.ok()) return s;
+    current_ = target;
+    pulled_ = true;
+    after_barrier_ = false;
+    pushed_ = Pushed::kNone;
+    global_step_ = static_cast<int64_t>(ps_[target]->min_version_read());
+    *values = pull_values_[target];
+    return absl::OkStatus();
+  };
+  pull_in_flight_ = st.get();
+  return PendingCall(st);
+}
+
+PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_t examples,
+                                    std::optional<double> loss) {
+  auto st = std::make_shared<PendingCall::State>();
+  st->timeout = options_.timeout;
+  auto refuse = [&](absl::Status s) {
+    st->result = std::move(s);
+    st->finished = true;
+    return PendingCall(st);
+  };
+  if (absl::Status s = CheckUsable(); !s.ok()) return refuse(s);
+  if (!pulled_) {
+    return refuse(absl::FailedPreconditionError(
+        "Push without a Pull since the last CreateVariable: pull the variables first"));
+  }
+  if (push_in_flight_ != nullptr) {
+    return refuse(absl::FailedPreconditionError(
+        "PushAsync while another push is in flight: Wait for it first"));
+  }
+  // Through the client whose last pull read the values these gradients come from: it tags
+  // them with those versions. A pull in flight runs on the other client.
+  PsClient* ps = ps_[current_].get();
+  struct Outcome {
+    int stale = 0;
+    uint64_t min_version = 0;
+  };
+  auto out = std::make_shared<Outcome>();
+  st->call = threads_[current_].Start([ps, grads, out] {
+    absl::Status s = ps->Push(grads, &out->stale);
+    out->min_version = ps->min_version_read();
+    return s;
+  });
+  st->finish = [this, out, examples, loss](absl::Status s) {
+    push_in_flight_ = nullptr;
+    if (!s.ok()) return s;
+    // Sync: the step this push contributed to is the one read; the next pull waits for the next.
+    next_min_version_ = out->min_version + 1;
+    stale_dropped_ += out->stale;
+    return AfterPush(Pushed::kDense, examples, loss);
+  };
+  push_in_flight_ = st.get();
+  return PendingCall(st);
+}
+
+}  // namespace pstrain

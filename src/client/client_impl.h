@@ -1,0 +1,107 @@
+// Internal to src/client: the state behind a Client (client.h), shared by client.cc (the chief,
+// tables, barriers) and client_dense.cc (the dense variables' pulls and pushes, also in flight).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/call_thread.h"
+#include "client/client.h"
+#include "client/ps_client.h"
+#include "client/table_client.h"
+#include "master.grpc.pb.h"
+
+namespace pstrain {
+
+class Client::Impl {
+ public:
+  Impl(const ClientOptions& options, std::unique_ptr<MasterService::Stub> master)
+      : options_(options),
+        chief_("chief " + options.chief),
+        sender_(MakeSender("worker", options.task)),
+        master_(std::move(master)) {}
+
+  absl::Status Connect();
+  absl::StatusOr<int> CreateVariable(const VariableOptions& v);
+  absl::Status Pull(std::vector<const float*>* values);
+  absl::Status Push(const std::vector<TensorView>& grads, int64_t examples,
+                    std::optional<double> loss);
+  PendingCall PullAsync(std::vector<const float*>* values);
+  PendingCall PushAsync(const std::vector<TensorView>& grads, int64_t examples,
+                        std::optional<double> loss);
+  absl::StatusOr<int> CreateTable(const TableOptions& t);
+  absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
+                      std::vector<const float*>* rows);
+  absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
+                          const std::vector<std::vector<float>>& grads, int64_t examples,
+                          std::optional<double> loss);
+  absl::Status Barrier(const std::string& name);
+  absl::Status Done(const absl::Status& outcome);
+
+  int64_t global_step() const { return global_step_; }
+  int64_t pushes() const { return pushes_; }
+  const std::string& mode() const { return mode_; }
+  int num_ps() const { return static_cast<int>(ps_addresses_.size()); }
+
+ private:
+  absl::Status CheckUsable() const;
+  // FailedPrecondition naming `what` while a PullAsync or PushAsync is not yet waited for.
+  absl::Status CheckIdle(const char* what) const;
+  absl::Status WaitAtBarrier(const std::string& name);
+  absl::Status Report(bool done, const std::string& error);
+  // After a push of `kind`: counts the step (see Client::pushes), adds the examples and loss,
+  // and reports progress every kReportEvery steps.
+  enum class Pushed { kNone, kDense, kSparse, kPaired };
+  absl::Status AfterPush(Pushed kind, int64_t examples, std::optional<double> loss);
+  void RebuildPsClient();
+  void RebuildTableClient();
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    return ContextWithTimeout(options_.timeout);
+  }
+
+  // Constant after Connect.
+  const ClientOptions options_;
+  const std::string chief_;  // "chief host:port", for messages
+  const Sender sender_;
+  const std::unique_ptr<MasterService::Stub> master_;
+  std::string mode_;
+  std::vector<std::string> ps_addresses_;  // from the chief, by task
+
+  std::vector<VariableRef> variables_;  // in creation order
+  DataType push_dtype_ = DT_FLOAT;      // from options_.push_dtype
+  // Two clients over variables_ (rebuilt by CreateVariable), each with its own thread: the
+  // pushes go through ps_[current_], whose last pull read the values in hand; a pull goes
+  // through the other one, so it can be in flight during a push, and makes it current.
+  std::unique_ptr<PsClient> ps_[2];
+  int current_ = 0;
+  std::vector<const float*> pull_values_[2];  // of each client's last pull
+  CallThread threads_[2];                     // last: their calls use ps_
+  // Not yet waited for (owned by the PendingCall).
+  const PendingCall::State* pull_in_flight_ = nullptr;
+  const PendingCall::State* push_in_flight_ = nullptr;
+  bool pulled_ = false;            // a Pull since the last CreateVariable
+  bool after_barrier_ = false;     // sync: the next Pull must not wait for a step
+  uint64_t next_min_version_ = 0;  // sync: the step the next Pull waits for
+
+  std::vector<TableRef> tables_;               // in creation order
+  std::unique_ptr<TableClient> table_client_;  // over tables_; rebuilt by CreateTable
+  std::vector<std::vector<float>> rows_;       // of the last Lookup, by table
+  bool looked_up_ = false;                     // a Lookup since the last CreateTable
+  bool tables_after_barrier_ = false;          // sync: the next Lookup must not wait for a step
+  uint64_t next_table_version_ = 0;            // sync: the step the next Lookup waits for
+  Pushed pushed_ = Pushed::kNone;              // pushes since the last Pull or Lookup
+
+  int64_t global_step_ = 0;
+  int64_t pushes_ = 0;
+  int64_t examples_ = 0;
+  int64_t stale_dropped_ = 0;
+  double loss_sum_ = 0;  // since the last progress report
+  int loss_count_ = 0;
+  double last_loss_ = 0;
+  bool stopping_ = false;  // the chief said the job is ending
+  bool done_ = false;
+};
+
+}  // namespace pstrain
