@@ -118,6 +118,13 @@ std::vector<std::string> Without(const std::vector<std::string>& args,
 const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn",
                                              "error", "critical", "off"};
 
+// The fallback rule of docs/transport_ucx.md.
+constexpr char kTransportHelp[] =
+    "data plane of pulls and pushes: grpc; ucx (UCX: shared memory on one host, TCP between "
+    "hosts; an error naming UCX's reason if it cannot start or reach a PS; refused with TLS, "
+    "which does not cover UCX); auto (ucx where it works, else grpc with one warning; grpc "
+    "with TLS)";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,6 +170,9 @@ int main(int argc, char** argv) {
   srv->add_option("--log_format", server.log_format, "text or json (one JSON object per line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  srv->add_option("--transport", server.transport, kTransportHelp)
+      ->check(CLI::IsMember({"grpc", "ucx", "auto"}))
+      ->capture_default_str();
   server_training.AddTo(srv);
 
   pstrain::LaunchOptions launch;
@@ -192,6 +202,9 @@ int main(int argc, char** argv) {
                 "an HTTP listener (/metrics, the chief's status page) on a free port per task");
   lch->add_option("--log_format", launch.log_format, "text or json, for every task")
       ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  lch->add_option("--transport", launch.transport, std::string(kTransportHelp) + "; for every task")
+      ->check(CLI::IsMember({"grpc", "ucx", "auto"}))
       ->capture_default_str();
   lch->add_flag("--restart_failed", launch.restart_failed,
                 "restart a task that dies while the job runs (--restart_failed=false: the job "

@@ -83,6 +83,7 @@ std::vector<std::string> LaunchPlan::ServerArgv(const std::string& job, int task
   const std::vector<std::string> security = secrets_->TaskFlags();
   argv.insert(argv.end(), security.begin(), security.end());
   argv.insert(argv.end(), {"--log_format", o_.log_format});
+  argv.insert(argv.end(), {"--transport", o_.transport});
   if (metrics_ports_.empty()) return argv;
   const size_t position = job == "chief" ? 0 : job == "ps" ? 1 + task : 1 + o_.num_ps + task;
   const std::string port = std::to_string(metrics_ports_[position]);

@@ -56,6 +56,10 @@ struct ServerOptions {
   int metrics_port = 0;
   double metrics_linger_s = 0;
   std::string log_format = "text";  // text, or json: one JSON object per log line
+  // The data plane (docs/transport_ucx.md): how pulls and pushes travel between workers and
+  // PS. "grpc"; "ucx" (the PS also listens on UCX, workers use it; an error if UCX cannot start
+  // or be reached); "auto" (UCX where it works, else gRPC with one warning).
+  std::string transport = "grpc";
 };
 
 // Runs this process's role until the job ends. The chief prints progress to stderr and the
@@ -90,6 +94,7 @@ struct LaunchOptions {
   // page with the token.
   bool metrics = false;
   std::string log_format = "text";  // passed to every `pstrain server` task
+  std::string transport = "grpc";   // passed to every `pstrain server` task (--transport)
   // Restarts: a `pstrain server` task that dies while the job runs (killed by a signal, or a ps
   // or worker that exits with an error before the chief ended the job) is started again with the
   // same command after a short backoff, on the same address, at most `max_restarts` times per

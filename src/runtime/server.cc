@@ -18,6 +18,7 @@
 #include "runtime/task_metrics.h"
 #include "spdlog/spdlog.h"
 #include "transport/grpc_stream.h"
+#include "transport/ucx.h"
 #include "worker/worker.h"
 
 namespace pstrain {
@@ -185,6 +186,50 @@ struct TaskHttp {
   }
 };
 
+// This process's data plane from --transport (docs/transport_ucx.md): UCX traffic is not covered
+// by TLS, so with TLS "ucx" is refused and "auto" means gRPC.
+absl::Status SetTransport(const ServerOptions& o) {
+  std::string transport = o.transport;
+  if (GetSecurity()->tls() && transport != "grpc") {
+    if (transport == "ucx") {
+      return absl::InvalidArgumentError(
+          "--transport ucx cannot be used with TLS: UCX traffic is not encrypted (use grpc, or "
+          "auto, which then picks grpc)");
+    }
+    spdlog::info("{}: --transport auto with TLS: the data plane stays on gRPC",
+                 TaskName(o.job, o.task));
+    transport = "grpc";
+  }
+  SetTransportOptions({.transport = transport});
+  return absl::OkStatus();
+}
+
+// With --transport ucx or auto, a UCX listener on the PS's host serving `data`, announced by
+// the DataPlane RPC. Null when the data plane is gRPC only; an error (for "ucx") naming UCX's
+// reason when UCX cannot start, which "auto" turns into one warning.
+absl::StatusOr<std::unique_ptr<UcxServer>> StartUcx(const ServerOptions& o,
+                                                    const std::string& address, DataHandler* data,
+                                                    ParameterServer* ps) {
+  const std::string transport = GetTransportOptions().transport;
+  if (transport != "ucx" && transport != "auto") return nullptr;
+  absl::StatusOr<std::unique_ptr<UcxServer>> ucx =
+      UcxServer::Start(data, address.substr(0, address.rfind(':')));
+  if (!ucx.ok()) {
+    if (transport == "ucx") {
+      return absl::Status(ucx.status().code(),
+                          absl::StrCat("--transport ucx: ", ucx.status().message()));
+    }
+    spdlog::warn("{}: UCX cannot start ({}); the data plane stays on gRPC", TaskName(o.job, o.task),
+                 ucx.status().ToString());
+    return nullptr;
+  }
+  DataPlaneResponse info;
+  info.set_ucx_address((*ucx)->address());
+  ps->SetDataPlane(info);
+  spdlog::info("{} serving UCX on {}", TaskName(o.job, o.task), (*ucx)->address());
+  return ucx;
+}
+
 absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp* http) {
   absl::StatusOr<std::unique_ptr<ParameterServer>> created =
       ParameterServer::Create({.task = o.task});
@@ -197,12 +242,17 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp*
   std::unique_ptr<grpc::Service> streams = MakeTensorStreamService(data.get());
   std::vector<grpc::Service*> services = {service.get()};
   if (streams != nullptr) services.push_back(streams.get());
+  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = StartUcx(o, address, data.get(), ps);
+  if (!ucx.ok()) return ucx.status();
   return Serve(
       o, address, services, end.get(),
       [&](const RegisterResponse& r) {
         if (r.chief_incarnation() != 0) ps->ExpectChief(r.chief_incarnation());
       },
-      [&] { ps->Stop(); });
+      [&] {
+        ps->Stop();
+        if (*ucx != nullptr) (*ucx)->Stop();
+      });
 }
 
 absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskHttp* http) {
@@ -253,6 +303,7 @@ int RunServer(const ServerOptions& o) {
     s = security.status();
     if (s.ok()) SetSecurity(*std::move(security));
   }
+  if (s.ok()) s = SetTransport(o);
   TaskHttp http;
   if (s.ok() && o.metrics_port != 0) {
     const std::string listen = ListenAddress(*address);

@@ -1,7 +1,9 @@
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "spdlog/spdlog.h"
 #include "transport/grpc_data_channel.h"
 #include "transport/transport.h"
 #include "transport/ucx.h"
@@ -30,9 +32,18 @@ TransportOptions GetTransportOptions() {
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,
                                                              const std::string& address) {
   if (transport == "ucx") return MakeUcxDataChannel(address);
+  if (transport == "auto") {  // UCX where it works, else gRPC (docs/transport_ucx.md)
+    absl::StatusOr<std::unique_ptr<DataChannel>> ucx = MakeUcxDataChannel(address);
+    if (ucx.ok()) return ucx;
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      spdlog::warn("the data plane falls back to gRPC: {}", ucx.status().ToString());
+    });
+    return MakeDataChannel("grpc", address);
+  }
   if (transport == "grpc") return MakeGrpcDataChannel(address);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport \"", transport, "\": grpc or ucx"));
+      absl::StrCat("unknown transport \"", transport, "\": grpc, ucx or auto"));
 }
 
 }  // namespace pstrain

@@ -1,0 +1,125 @@
+#include "transport/ucx_call.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/limits.h"
+
+namespace pstrain {
+
+absl::StatusOr<int64_t> TensorBytes(const TensorProto& t, const std::string& name) {
+  const int width = DtypeBytes(t.dtype());
+  if (width == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", name, "\" has unknown dtype ", static_cast<int>(t.dtype())));
+  }
+  if (t.shape_size() > kMaxTensorRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", name, "\" has rank ", t.shape_size(), " past ", kMaxTensorRank));
+  }
+  std::optional<int64_t> bytes = width;
+  for (int64_t d : t.shape()) {
+    bytes = d < 0 ? std::nullopt : CheckedMul(*bytes, d);
+    if (!bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", name, "\" has a negative or overflowing shape"));
+    }
+  }
+  return *bytes;
+}
+
+absl::Status SplitTensorBytes(const PushRequest& head, const char* bytes, uint64_t size,
+                              std::vector<ConstBytes>* grads) {
+  grads->clear();
+  grads->reserve(head.gradients_size());
+  uint64_t offset = 0;
+  for (const Gradient& g : head.gradients()) {
+    absl::StatusOr<int64_t> n = TensorBytes(g.gradient(), g.name());
+    if (!n.ok()) return n.status();
+    if (static_cast<uint64_t>(*n) > size - offset) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient \"", g.name(), "\" needs ", *n,
+                                                     " bytes; the request carries ", size - offset,
+                                                     " more"));
+    }
+    grads->push_back({bytes + offset, *n});
+    offset += *n;
+  }
+  if (offset != size) {
+    return absl::InvalidArgumentError(absl::StrCat("the request carries ", size,
+                                                   " tensor bytes; its ", head.gradients_size(),
+                                                   " gradients need ", offset));
+  }
+  return absl::OkStatus();
+}
+
+BufferPool::Buffer BufferPool::Take(size_t size) {
+  {
+    absl::MutexLock lock(&mu_);
+    // The smallest kept buffer that fits and is not much larger.
+    int best = -1;
+    for (size_t i = 0; i < free_.size(); ++i) {
+      const size_t c = free_[i].first;
+      if (c >= size && c <= 2 * size + 4096 && (best < 0 || c < free_[best].first)) best = i;
+    }
+    if (best >= 0) {
+      auto [capacity, data] = std::move(free_[best]);
+      free_.erase(free_.begin() + best);
+      return Buffer(this, std::move(data), capacity);
+    }
+  }
+  const size_t capacity = size == 0 ? 1 : size;
+  return Buffer(this, std::unique_ptr<char[]>(new char[capacity]), capacity);
+}
+
+void BufferPool::Give(std::unique_ptr<char[]> data, size_t capacity) {
+  absl::MutexLock lock(&mu_);
+  if (free_.size() == kKept) {  // drop the smallest: large ones are the costly ones to remake
+    size_t smallest = 0;
+    for (size_t i = 1; i < free_.size(); ++i) {
+      if (free_[i].first < free_[smallest].first) smallest = i;
+    }
+    if (free_[smallest].first >= capacity) return;
+    free_.erase(free_.begin() + smallest);
+  }
+  free_.emplace_back(capacity, std::move(data));
+}
+
+UcxThreadPool::UcxThreadPool(int threads) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      while (true) {
+        std::function<void()> fn;
+        {
+          absl::MutexLock lock(&mu_);
+          mu_.Await(absl::Condition(
+              +[](UcxThreadPool* p)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || !p->queue_.empty(); },
+              this));
+          if (queue_.empty()) return;
+          fn = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        fn();
+      }
+    });
+  }
+}
+
+void UcxThreadPool::Run(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(fn));
+}
+
+void UcxThreadPool::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,145 @@
+// Helpers for the UCX transport's tests: a real ParameterServer serving gRPC (for DataPlane) and
+// UCX on 127.0.0.1 in this process, and pushes and pulls of float vectors through a DataChannel.
+#pragma once
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/rpc.h"
+#include "common/tensor.h"
+#include "common/tensor_codec.h"
+#include "gtest/gtest.h"
+#include "ps/ps.h"
+#include "transport/ucx.h"
+
+namespace pstrain::ucx_testing {
+
+inline const Sender& Chief() {
+  static const Sender* s = new Sender(MakeSender("chief", 0));
+  return *s;
+}
+
+// One PS task: gRPC (for DataPlane) and, with `ucx`, a UCX listener, both on 127.0.0.1.
+struct LocalPs {
+  explicit LocalPs(bool ucx = true, const std::string& mode = "async") {
+    ps = *ParameterServer::Create({});
+    ConfigureRequest req;
+    *req.mutable_sender() = Chief();
+    req.mutable_consistency()->set_mode(mode);
+    req.mutable_consistency()->set_num_workers(1);
+    req.mutable_consistency()->set_replicas_to_aggregate(1);
+    req.set_wait_timeout_s(30);
+    ConfigureResponse resp;
+    status = ps->Configure(req, &resp);
+    service = MakeParameterServerService(ps.get(), nullptr);
+    handler = MakeDataHandler(ps.get());
+    if (ucx && status.ok()) {
+      absl::StatusOr<std::unique_ptr<UcxServer>> started =
+          UcxServer::Start(handler.get(), "127.0.0.1");
+      status = started.status();
+      if (status.ok()) {
+        ucx_server = *std::move(started);
+        DataPlaneResponse info;
+        info.set_ucx_address(ucx_server->address());
+        ps->SetDataPlane(info);
+      }
+    }
+    int port = 0;
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
+    if (started.ok()) server = *std::move(started);
+    if (status.ok()) status = started.status();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  ~LocalPs() {
+    ps->Stop();
+    if (ucx_server != nullptr) ucx_server->Stop();
+    if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  }
+  // Creates `name` with `init` and SGD at `lr`.
+  void Create(const std::string& name, const Tensor& init, double lr) {
+    CreateVariablesRequest req;
+    *req.mutable_sender() = Chief();
+    VariableDef* def = req.add_variables();
+    def->set_name(name);
+    EncodeTensor(init, def->mutable_initial_value());
+    def->mutable_optimizer()->set_name("sgd");
+    def->mutable_optimizer()->set_learning_rate(lr);
+    CreateVariablesResponse resp;
+    absl::Status s = ps->CreateVariables(req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  // The variable's value read from the PS directly.
+  std::vector<float> Value(const std::string& name) {
+    PullRequest req;
+    *req.mutable_sender() = Chief();
+    req.add_names(name);
+    PullResponse resp;
+    absl::Status s = ps->Pull(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return {};
+    absl::StatusOr<Tensor> t = DecodeTensor(resp.values(0).value());
+    return t.ok() ? t->values : std::vector<float>{};
+  }
+
+  absl::Status status;
+  std::unique_ptr<ParameterServer> ps;
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<DataHandler> handler;
+  std::unique_ptr<UcxServer> ucx_server;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+inline CallOptions Within(absl::Duration d) { return {.deadline = absl::Now() + d}; }
+
+// Runs a call and waits for its done.
+inline absl::Status Wait(const std::function<void(DoneFn)>& call) {
+  absl::Notification n;
+  absl::Status result;
+  call([&](absl::Status s) {
+    result = s;
+    n.Notify();
+  });
+  if (!n.WaitForNotificationWithTimeout(absl::Seconds(60))) return absl::InternalError("no done");
+  return result;
+}
+
+inline absl::Status PushFloats(DataChannel* ch, const std::vector<std::string>& names,
+                               const std::vector<const std::vector<float>*>& grads,
+                               PushResponse* resp,
+                               CallOptions options = Within(absl::Seconds(30))) {
+  PushRequest head;
+  *head.mutable_sender() = MakeSender("worker", 0);
+  std::vector<ConstBytes> bytes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Gradient* g = head.add_gradients();
+    g->set_name(names[i]);
+    g->mutable_gradient()->set_dtype(DT_FLOAT);
+    g->mutable_gradient()->add_shape(grads[i]->size());
+    bytes.push_back({grads[i]->data(), int64_t(grads[i]->size() * sizeof(float))});
+  }
+  return Wait([&](DoneFn done) { ch->Push(options, head, bytes, resp, std::move(done)); });
+}
+
+inline absl::Status PullFloats(DataChannel* ch, const std::vector<std::string>& names,
+                               const std::vector<std::vector<float>*>& dest, PullResponse* resp,
+                               CallOptions options = Within(absl::Seconds(30)),
+                               uint64_t min_version = 0) {
+  PullRequest req;
+  *req.mutable_sender() = MakeSender("worker", 0);
+  req.set_min_version(min_version);
+  std::vector<MutableBytes> bytes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    req.add_names(names[i]);
+    bytes.push_back({dest[i]->data(), int64_t(dest[i]->size() * sizeof(float))});
+  }
+  return Wait([&](DoneFn done) { ch->Pull(options, req, bytes, resp, std::move(done)); });
+}
+
+}  // namespace pstrain::ucx_testing
