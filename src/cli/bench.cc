@@ -41,6 +41,14 @@ std::string Revision(const std::string& dir) {
   return rev.empty() || rev.find(' ') != std::string::npos ? "unknown" : rev;
 }
 
+// The 1-, 5- and 15-minute load averages: on a shared machine, what else was running.
+std::string Load() {
+  std::ifstream f("/proc/loadavg");
+  std::string one, five, fifteen;
+  f >> one >> five >> fifteen;
+  return one.empty() ? "unknown" : absl::StrCat(one, " ", five, " ", fifteen);
+}
+
 std::string Now() {
   char buf[64];
   const std::time_t t = std::time(nullptr);
@@ -60,6 +68,9 @@ BenchCommand::BenchCommand(CLI::App* app)
       ->capture_default_str();
   cmd_->add_option("--sections", sections_, "comma-separated: transport, apply, e2e")
       ->capture_default_str();
+  cmd_->add_option("--sizes", sizes_,
+                   "comma-separated transport sizes (4KB, 64KB, 1MB, 16MB, 64MB, 256MB; default "
+                   "all), e.g. to profile one");
   cmd_->add_option("--data", data_, "MNIST directory for the end-to-end section")
       ->capture_default_str();
   cmd_->add_option("--python", python_, "Python with torch, for the PyTorch reference")
@@ -74,6 +85,7 @@ int BenchCommand::Run(const std::string& self) const {
   o.quick = quick_;
   o.transports = absl::StrSplit(transports_, ',', absl::SkipEmpty());
   o.sections = absl::StrSplit(sections_, ',', absl::SkipEmpty());
+  o.sizes = absl::StrSplit(sizes_, ',', absl::SkipEmpty());
   o.data_dir = data_;
   o.python = python_;
   o.torch_script = torch_script_;
@@ -91,9 +103,13 @@ int BenchCommand::Run(const std::string& self) const {
       return 2;
     }
   }
-  std::string out =
-      absl::StrCat("# pstrain bench\n\n", Now(), ", revision ", Revision("/tmp"), ", ", Machine(),
-                   o.quick ? " (--quick: not a measurement)" : "", "\n\n");
+  if (absl::Status s = bench::CheckSizes(o); !s.ok()) {
+    std::cerr << "pstrain bench: error: " << s.message() << "\n";
+    return 2;
+  }
+  std::string out = absl::StrCat("# pstrain bench\n\n", Now(), ", revision ", Revision("/tmp"),
+                                 ", ", Machine(), ", load average ", Load(),
+                                 o.quick ? " (--quick: not a measurement)" : "", "\n\n");
   std::cout << out << std::flush;
   const auto emit = [&](const std::vector<bench::Table>& tables) {
     for (const bench::Table& t : tables) {
@@ -108,6 +124,9 @@ int BenchCommand::Run(const std::string& self) const {
     if (s == "apply") emit(bench::ApplyTables(o));
     if (s == "e2e") emit(bench::EndToEndTables(o));
   }
+  const std::string end = absl::StrCat("Load average at the end: ", Load(), "\n");
+  std::cout << end;
+  out += end;
   if (!out_.empty()) {
     std::ofstream f(out_);
     f << out;

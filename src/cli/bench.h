@@ -27,6 +27,7 @@ class BenchCommand {
   bool quick_ = false;
   std::string transports_ = "grpc,ucx";
   std::string sections_ = "transport,apply,e2e";
+  std::string sizes_;
   std::string data_ = "data/mnist";
   std::string python_ = "/usr/bin/python3";
   std::string torch_script_ = "bench/torch_mlp.py";

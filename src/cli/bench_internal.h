@@ -23,6 +23,7 @@ struct BenchOptions {
   bool quick = false;
   std::vector<std::string> transports = {"grpc", "ucx"};
   std::vector<std::string> sections = {"transport", "apply", "e2e"};
+  std::vector<std::string> sizes;  // transport sizes to measure ("16MB"); empty: all
   std::string data_dir = "data/mnist";
   std::string python = "/usr/bin/python3";
   std::string torch_script = "bench/torch_mlp.py";
@@ -144,6 +145,8 @@ CommandHandler PsWorker(WorkerSpec spec);
 
 // ---- sections ----
 // Push+pull throughput per transport and the 4 KB pull latency (bench_transport.cc).
+// InvalidArgument naming a size of o.sizes that is not one of the transport's sizes.
+absl::Status CheckSizes(const BenchOptions& o);
 std::vector<Table> TransportTables(const BenchOptions& o);
 // PS optimizer apply throughput, dense and sparse (bench_apply.cc).
 std::vector<Table> ApplyTables(const BenchOptions& o);

@@ -6,6 +6,7 @@
 // a size, each going first in turn.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "cli/bench_internal.h"
 
 namespace pstrain::bench {
@@ -30,9 +32,18 @@ const Size kSizes[] = {
     {"64 MB", int64_t{64} << 20, 1, 5, 0}, {"256 MB", int64_t{256} << 20, 1, 3, 0}};
 constexpr absl::Duration kTimeout = absl::Seconds(300);
 
+// "16 MB" as a --sizes value: "16MB".
+std::string Compact(const char* label) { return absl::StrReplaceAll(label, {{" ", ""}}); }
+
+bool Chosen(const BenchOptions& o, const Size& s) {
+  return o.sizes.empty() ||
+         std::find(o.sizes.begin(), o.sizes.end(), Compact(s.label)) != o.sizes.end();
+}
+
 std::vector<Size> Sizes(const BenchOptions& o) {
   std::vector<Size> sizes;
   for (const Size& s : kSizes) {
+    if (!Chosen(o, s)) continue;
     if (!o.quick) sizes.push_back(s);
     if (o.quick && s.quick_steps > 0) sizes.push_back({s.label, s.bytes, s.quick_steps, 1, 1});
   }
@@ -190,6 +201,18 @@ struct Latency {
 
 }  // namespace
 
+absl::Status CheckSizes(const BenchOptions& o) {
+  std::vector<std::string> known;
+  for (const Size& s : kSizes) known.push_back(Compact(s.label));
+  for (const std::string& s : o.sizes) {
+    if (std::find(known.begin(), known.end(), s) == known.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown size \"", s, "\" in --sizes (", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<Table> TransportTables(const BenchOptions& o) {
   const std::vector<Size> sizes = Sizes(o);
   std::vector<int64_t> bytes, floats;
@@ -269,14 +292,15 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
       t.rows.push_back({z.label, two.name, Fixed(p2, 3), Fixed(t2, 3), Ratio(p2, t2), Fixed(mc, 2),
                         Ratio(p2, mc), "-", "-"});
     }
-    // Latency: blocks of pulls and of TCP round trips, alternating.
+    // Latency: blocks of 4 KB pulls and of TCP round trips, alternating.
     Latency lat;
+    const int small = sizes.empty() || sizes[0].bytes != 4 << 10 ? -1 : 0;
     const int blocks = o.quick ? 2 : 10, per_block = o.quick ? 50 : 200;
-    for (int b = 0; b < blocks && s.ok(); ++b) {
+    for (int b = 0; b < blocks && s.ok() && small == 0; ++b) {
       for (int k = 0; k < 2 && s.ok(); ++k) {
         const bool ps_side = (k + b) % 2 == 0;
-        absl::StatusOr<std::vector<Reply>> r =
-            RunAll(ps_side ? one.Workers() : tcp->Clients(1), {kLatency, 0, per_block}, kTimeout);
+        absl::StatusOr<std::vector<Reply>> r = RunAll(ps_side ? one.Workers() : tcp->Clients(1),
+                                                      {kLatency, small, per_block}, kTimeout);
         s = r.status();
         if (!s.ok()) break;
         std::vector<double>& into = ps_side ? lat.pstrain : lat.tcp;
@@ -285,6 +309,8 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
     }
     if (!s.ok()) {
       t.rows.push_back({"-", "-", absl::StrCat("failed: ", s.message())});
+    } else if (small < 0) {
+      latency.rows.push_back({transport, "p50, p99", "not measured: --sizes leaves out 4KB"});
     } else {
       for (const auto& [q, name, bound] : {std::tuple{0.5, "p50", 2.0}, {0.99, "p99", 5.0}}) {
         const double p = Quantile(lat.pstrain, q), c = Quantile(lat.tcp, q);
@@ -297,9 +323,13 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
         "pstrain: PsClient Pull + Push of one variable (sharded by rows over the PS tasks), "
         "bytes pulled plus bytes pushed per second over all workers. TCP: a ping-pong of the same "
         "bytes each way between two processes, one pair per worker, run alongside. memcpy: the "
-        "same bytes copied there and back in one process. Medians of ",
-        sizes.empty() ? 0 : sizes.front().reps, " (", sizes.empty() ? 0 : sizes.back().reps,
-        " at the largest size) interleaved repetitions."));
+        "same bytes copied there and back in one process. Medians of interleaved repetitions "
+        "(size: steps x repetitions): ",
+        absl::StrJoin(sizes, ", ",
+                      [](std::string* out, const Size& z) {
+                        absl::StrAppend(out, z.label, ": ", z.steps, " x ", z.reps);
+                      }),
+        "."));
     tables.push_back(t);
   }
   tables.push_back(latency);
