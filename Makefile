@@ -38,6 +38,7 @@ bench: build
 	bash bench/run.sh $(BUILD)/bench/ps_bench
 	bash bench/run.sh $(BUILD)/bench/sparse_bench
 	/usr/bin/python3 bench/python_bench.py --build $(BUILD)
+	$(BUILD)/pstrain bench --out bench/RESULTS.md
 
 install: setup
 	$(call configure,OFF)

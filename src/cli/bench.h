@@ -24,6 +24,13 @@ class BenchCommand {
  private:
   CLI::App* cmd_;
   std::string out_;
+  bool quick_ = false;
+  std::string transports_ = "grpc,ucx";
+  std::string sections_ = "transport,apply,e2e";
+  std::string sizes_;
+  std::string data_ = "data/mnist";
+  std::string python_ = "/usr/bin/python3";
+  std::string torch_script_ = "bench/torch_mlp.py";
 };
 
 }  // namespace pstrain
