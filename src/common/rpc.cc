@@ -98,6 +98,14 @@ absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what,
                       absl::StrCat(what, " at ", address, ": ", s.error_message()));
 }
 
+// HTTP/2 tuning of the data path (both ends: MakeChannel and StartGrpcServer) stays at gRPC's
+// defaults, on measurement (docs/data_plane.md, "The gRPC path"): larger frames
+// (GRPC_ARG_HTTP2_MAX_FRAME_SIZE 1 MB or 16 MB), a 16 MB stream window without the BDP probe
+// (GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, GRPC_ARG_HTTP2_BDP_PROBE), larger TCP read chunks
+// (GRPC_ARG_TCP_*_READ_CHUNK_SIZE) and a 16 MB write buffer (GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE)
+// each left the CPU and time of a 1 MB and a 16 MB push + pull within the run-to-run noise,
+// and 16 MB frames made some runs twice as slow. The BDP probe already grows the window to what
+// 127.0.0.1 needs within the first calls.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   RouteGrpcLogging();
   grpc::ChannelArguments args;

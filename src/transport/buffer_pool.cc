@@ -21,7 +21,6 @@ struct BufferPool::Block {
   char* bytes() { return reinterpret_cast<char*>(this) + kHeaderBytes; }
 };
 
-
 BufferPool::~BufferPool() {
   absl::MutexLock lock(&mu_);
   for (auto& blocks : idle_) {
