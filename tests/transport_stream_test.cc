@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -16,8 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint_format.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
 #include "ps_testing.h"
@@ -204,6 +207,40 @@ TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
   ASSERT_TRUE(Pull("big", &got, &resp).ok());
   EXPECT_EQ(resp.values(0).version(), 1u);
   EXPECT_EQ(Mismatches(got, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
+  got = {};
+
+  // The PS checkpoints it whole: its part file holds the pushed value bit for bit.
+  const std::string dir = std::filesystem::temp_directory_path() / "transport_stream_test_ckpt";
+  std::filesystem::remove_all(dir);
+  CheckpointRequest req;
+  *req.mutable_sender() = Chief();
+  req.set_id(1);
+  req.set_num_ps(1);
+  req.set_phase(CheckpointRequest::FREEZE);
+  req.set_freeze_timeout_s(60);
+  CheckpointShard* shard = req.add_shards();
+  shard->set_name("big");
+  shard->set_variable("big");
+  shard->add_shape(kFloats);
+  shard->set_row_end(kFloats);
+  CheckpointResponse cresp;
+  ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+  req.clear_shards();
+  req.set_phase(CheckpointRequest::RELEASE);
+  req.set_dir(dir);
+  req.set_global_step(1);
+  ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+  req.set_phase(CheckpointRequest::WAIT);
+  for (int i = 0; i < 600 && cresp.path().empty(); ++i) {
+    ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+    if (cresp.path().empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  absl::StatusOr<PartFile> part = ReadPartFile(cresp.path());
+  ASSERT_TRUE(part.ok()) << part.status();
+  ASSERT_EQ(part->shards.size(), 1u);
+  EXPECT_EQ(part->shards[0].version, 1u);
+  EXPECT_EQ(Mismatches(part->shards[0].values, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
+  std::filesystem::remove_all(dir);
 }
 
 // A raw client of PushStream speaking protobuf's own encoding of the chunks, for bad streams.
@@ -311,6 +348,44 @@ TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
   std::vector<float> after;
   EXPECT_EQ(VersionAndValue("w", &after), 1u);
   EXPECT_EQ(Mismatches(after, [](int64_t i) { return Pattern(i) - 1.0f; }), 0);
+}
+
+TEST_F(StreamTest, StreamsWithoutTheJobTokenAreRefused) {
+  Security with_token;
+  with_token.token = "stream-test-token";
+  SetSecurity(with_token);
+  constexpr int64_t n = 100;
+  Create("w", n);
+  std::vector<float> g(n, 1.0f);
+  // A channel without pstrain's credentials carries no token.
+  std::shared_ptr<grpc::Channel> bare =
+      grpc::CreateChannel(peer_.substr(peer_.find(' ') + 1), grpc::InsecureChannelCredentials());
+  absl::Status s = RawPush(bare.get(), {Head("w", {n}), Data(0, 0, g, 0, n)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_NE(s.message().find("PushStream refused: the request carries no job token"),
+            std::string::npos)
+      << s;
+  std::vector<float> dest(n);
+  PullResponse resp;
+  PullRequest req;
+  *req.mutable_sender() = Worker(0);
+  req.add_names("w");
+  absl::Notification done;
+  StreamPull(bare.get(), peer_, Options(), req, {{dest.data(), n * 4}}, &resp,
+             [&](absl::Status st) {
+               s = st;
+               done.Notify();
+             });
+  done.WaitForNotification();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  std::vector<float> value;
+  EXPECT_EQ(VersionAndValue("w", &value), 0u);
+  // With the token (pstrain's channel) the same push applies.
+  EXPECT_TRUE(RawPush(MakeChannel(peer_.substr(peer_.find(' ') + 1)).get(),
+                      {Head("w", {n}), Data(0, 0, g, 0, n)})
+                  .ok());
+  EXPECT_EQ(VersionAndValue("w", &value), 1u);
+  SetSecurity(Security{});
 }
 
 TEST_F(StreamTest, ClientRefusesMismatchedBuffers) {
