@@ -26,44 +26,22 @@
 #include "ps_testing.h"
 #include "stream.grpc.pb.h"
 #include "transport/grpc_stream.h"
+#include "transport_stream_testing.h"
 
 namespace pstrain {
 namespace {
 
 using ps_testing::Chief;
 using ps_testing::Worker;
-
-// A deterministic, finite, byte-varied value for element i (no two neighbours alike, every byte
-// of the float in play), so a shifted, dropped or reordered chunk shows.
-float Pattern(int64_t i) {
-  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32);
-  h ^= h >> 15;
-  const uint32_t bits = (h & 0x807fffffu) | ((100u + (h >> 23) % 50u) << 23);  // exponent 100..149
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-// A small exact gradient: lr 1 SGD then gives Pattern(i) - Gradient(i), rounded once.
-float Grad(int64_t i) { return static_cast<float>(i % 7) - 3.0f; }
-
-// Peak resident memory of this process in bytes (VmHWM), and a reset of it.
-int64_t PeakRss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-int64_t Rss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+using stream_testing::Data;
+using stream_testing::Grad;
+using stream_testing::Head;
+using stream_testing::Mismatches;
+using stream_testing::Pattern;
+using stream_testing::PeakRss;
+using stream_testing::RawPush;
+using stream_testing::ResetPeakRss;
+using stream_testing::Rss;
 
 class StreamTest : public ::testing::Test {
  protected:
@@ -172,19 +150,6 @@ class StreamTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
-// Elements where `got` differs from want(i) bit for bit; the first is reported.
-template <typename Want>
-int64_t Mismatches(const std::vector<float>& got, Want want) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
-    const float w = want(i);
-    if (std::memcmp(&got[i], &w, sizeof w) != 0) {
-      if (bad++ == 0) ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << w;
-    }
-  }
-  return bad;
-}
-
 TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
   constexpr int64_t kFloats = (int64_t{600} << 20) / 4;
   static_assert(kFloats * 4 > kMaxMessageBytes, "the tensor must not fit one message");
@@ -241,38 +206,6 @@ TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
   EXPECT_EQ(part->shards[0].version, 1u);
   EXPECT_EQ(Mismatches(part->shards[0].values, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
   std::filesystem::remove_all(dir);
-}
-
-// A raw client of PushStream speaking protobuf's own encoding of the chunks, for bad streams.
-absl::Status RawPush(grpc::Channel* channel, const std::vector<PushChunk>& chunks) {
-  auto stub = TensorStreamService::NewStub(channel->shared_from_this());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  PushResponse resp;
-  std::unique_ptr<grpc::ClientWriter<PushChunk>> writer = stub->PushStream(&ctx, &resp);
-  for (const PushChunk& c : chunks) {
-    if (!writer->Write(c)) break;
-  }
-  writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
-}
-
-PushChunk Head(const std::string& name, std::vector<int64_t> shape) {
-  PushChunk c;
-  *c.mutable_head()->mutable_sender() = Worker(0);
-  Gradient* g = c.mutable_head()->add_gradients();
-  g->set_name(name);
-  g->mutable_gradient()->set_dtype(DT_FLOAT);
-  for (int64_t d : shape) g->mutable_gradient()->add_shape(d);
-  return c;
-}
-PushChunk Data(int index, int64_t offset, const std::vector<float>& v, int64_t from,
-               int64_t count) {
-  PushChunk c;
-  c.set_index(index);
-  c.set_offset(offset);
-  c.set_data(reinterpret_cast<const char*>(v.data() + from), count * 4);
-  return c;
 }
 
 TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
@@ -456,12 +389,19 @@ TEST_F(StreamTest, PeakMemoryOfA256MbPushAndPull) {
   const int64_t base = Rss();
   ASSERT_GT(base, 3 * kBytes);
   ASSERT_LE(PeakRss(), base + (int64_t{8} << 20));  // the reset took
+  const absl::Time start = absl::Now();
   ASSERT_TRUE(Push("m", grad).ok());
+  const absl::Duration push_time = absl::Now() - start;
   const int64_t push_extra = PeakRss() - base;
   ASSERT_TRUE(ResetPeakRss());
   PullResponse resp;
   ASSERT_TRUE(Pull("m", &dest, &resp).ok());
+  const absl::Duration pull_time = absl::Now() - start - push_time;
   const int64_t pull_extra = PeakRss() - base;
+  // For the record only (speed is the benchmark's): GB/s of each, on this machine's load.
+  std::printf("256 MB push %.2f GB/s, pull %.2f GB/s\n",
+              kBytes / 1e9 / absl::ToDoubleSeconds(push_time),
+              kBytes / 1e9 / absl::ToDoubleSeconds(pull_time));
   EXPECT_EQ(Mismatches(dest, [](int64_t i) { return Pattern(i) - 0.5f; }), 0);
   // The variable (SGD: no slots) plus what streaming it took, against the variable alone.
   const int64_t extra = std::max(push_extra, pull_extra);
