@@ -321,6 +321,60 @@ TEST_F(StreamTest, StreamsWithoutTheJobTokenAreRefused) {
   SetSecurity(Security{});
 }
 
+// Several tensors in one stream, each of several chunks or less than one, in request order.
+TEST_F(StreamTest, SeveralTensorsShareOneStream) {
+  const std::vector<int64_t> sizes = {3, (int64_t{9} << 20) / 4 + 5, 1};  // 9 MB: three chunks
+  const std::vector<std::string> names = {"a", "b", "c"};
+  for (size_t k = 0; k < sizes.size(); ++k) Create(names[k], sizes[k]);
+  PushRequest head;
+  *head.mutable_sender() = Worker(0);
+  std::vector<std::vector<float>> grads(sizes.size());
+  std::vector<ConstBytes> bytes;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    Gradient* g = head.add_gradients();
+    g->set_name(names[k]);
+    g->mutable_gradient()->set_dtype(DT_FLOAT);
+    g->mutable_gradient()->add_shape(sizes[k]);
+    grads[k].assign(sizes[k], static_cast<float>(k + 1));
+    bytes.push_back({grads[k].data(), sizes[k] * 4});
+  }
+  PushResponse presp;
+  absl::Status pushed;
+  absl::Notification push_done;
+  StreamPush(channel_.get(), peer_, Options(), head, bytes, &presp, [&](absl::Status s) {
+    pushed = s;
+    push_done.Notify();
+  });
+  push_done.WaitForNotification();
+  ASSERT_TRUE(pushed.ok()) << pushed;
+
+  PullRequest req;
+  *req.mutable_sender() = Worker(0);
+  std::vector<std::vector<float>> got(sizes.size());
+  std::vector<MutableBytes> dest;
+  for (size_t k = sizes.size(); k-- > 0;) {  // in another order than pushed
+    req.add_names(names[k]);
+    got[k].assign(sizes[k], 0.0f);
+    dest.push_back({got[k].data(), sizes[k] * 4});
+  }
+  PullResponse resp;
+  absl::Status pulled;
+  absl::Notification pull_done;
+  StreamPull(channel_.get(), peer_, Options(), req, dest, &resp, [&](absl::Status s) {
+    pulled = s;
+    pull_done.Notify();
+  });
+  pull_done.WaitForNotification();
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  ASSERT_EQ(resp.values_size(), 3);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_EQ(resp.values(2 - k).name(), names[k]);
+    EXPECT_EQ(resp.values(2 - k).version(), 1u);
+    EXPECT_EQ(Mismatches(got[k], [k](int64_t i) { return Pattern(i) - (k + 1.0f); }), 0)
+        << names[k];
+  }
+}
+
 TEST_F(StreamTest, ClientRefusesMismatchedBuffers) {
   Create("w", 100);
   std::vector<float> dest(100);
