@@ -1,5 +1,5 @@
 // Helpers of transport_stream_test: deterministic tensors, bit-exact comparison, this process's
-// memory, and a raw client of PushStream for streams the real client never sends.
+// memory, a raw client of PushStream for streams the real client never sends, and the fixture.
 #pragma once
 
 #include <cstdint>
@@ -10,14 +10,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
+#include "ps/ps.h"
 #include "ps_testing.h"
 #include "stream.grpc.pb.h"
+#include "transport/grpc_stream.h"
 
 namespace pstrain::stream_testing {
 
+using ps_testing::Chief;
 using ps_testing::Worker;
 
 // A deterministic, finite, byte-varied value for element i (no two neighbours alike, every byte
@@ -98,5 +103,114 @@ inline PushChunk Data(int index, int64_t offset, const std::vector<float>& v, in
   c.set_data(reinterpret_cast<const char*>(v.data() + from), count * 4);
   return c;
 }
+
+// A real ParameterServer behind its ParameterServerService and TensorStreamService on
+// 127.0.0.1, and the stream client's calls to it.
+class StreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ps_ = *ParameterServer::Create({});
+    ps_->ExpectChief(Chief().incarnation());
+    handler_ = MakeDataHandler(ps_.get());
+    service_ = MakeParameterServerService(ps_.get(), nullptr);
+    streams_ = MakeTensorStreamService(handler_.get());
+    ASSERT_NE(streams_, nullptr);
+    int port = 0;
+    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
+        StartGrpcServer("127.0.0.1:0", {service_.get(), streams_.get()}, &port);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
+    peer_ = absl::StrCat("ps:0 127.0.0.1:", port);
+    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", port));
+  }
+  void TearDown() override {
+    ps_->Stop();
+    if (server_) server_->Shutdown();
+  }
+
+  // A variable of n floats with value Pattern(i) (or `value` if given) and SGD at lr 1, created
+  // in place (its initial value would not fit a CreateVariables message).
+  void Create(const std::string& name, int64_t n) {
+    CreateVariablesRequest req;
+    *req.mutable_sender() = Chief();
+    VariableDef* def = req.add_variables();
+    def->set_name(name);
+    def->mutable_initial_value()->set_dtype(DT_FLOAT);
+    def->mutable_initial_value()->add_shape(n);
+    std::string* data = def->mutable_initial_value()->mutable_data();
+    data->resize(n * sizeof(float));
+    float* p = reinterpret_cast<float*>(data->data());
+    for (int64_t i = 0; i < n; ++i) p[i] = Pattern(i);
+    *def->mutable_optimizer() = ps_testing::Sgd(1.0);
+    CreateVariablesResponse resp;
+    ASSERT_TRUE(ps_->CreateVariables(req, &resp).ok());
+  }
+
+  absl::Status Pull(const std::string& name, std::vector<float>* dest, PullResponse* resp,
+                    int64_t dest_floats = -1) {
+    PullRequest req;
+    *req.mutable_sender() = Worker(0);
+    req.add_names(name);
+    absl::Status out;
+    absl::Notification done;
+    StreamPull(channel_.get(), peer_, Options(), req,
+               {{dest->data(),
+                 dest_floats < 0 ? static_cast<int64_t>(dest->size() * 4) : dest_floats * 4}},
+               resp, [&](absl::Status s) {
+                 out = s;
+                 done.Notify();
+               });
+    done.WaitForNotification();
+    return out;
+  }
+  absl::Status Push(const std::string& name, const std::vector<float>& grad,
+                    int64_t read_version = 0) {
+    PushRequest head;
+    *head.mutable_sender() = Worker(0);
+    Gradient* g = head.add_gradients();
+    g->set_name(name);
+    g->set_read_version(read_version);
+    g->mutable_gradient()->set_dtype(DT_FLOAT);
+    g->mutable_gradient()->add_shape(static_cast<int64_t>(grad.size()));
+    PushResponse resp;
+    absl::Status out;
+    absl::Notification done;
+    StreamPush(channel_.get(), peer_, Options(), head,
+               {{grad.data(), static_cast<int64_t>(grad.size() * 4)}}, &resp, [&](absl::Status s) {
+                 out = s;
+                 done.Notify();
+               });
+    done.WaitForNotification();
+    return out;
+  }
+  static CallOptions Options() {
+    CallOptions o;
+    o.deadline = absl::Now() + absl::Seconds(300);
+    return o;
+  }
+
+  // The variable's value and version, read in process (not through the stream under test).
+  uint64_t VersionAndValue(const std::string& name, std::vector<float>* value) {
+    PullRequest req;
+    *req.mutable_sender() = Chief();
+    req.add_names(name);
+    PullResponse resp;
+    absl::Status s = ps_->Pull(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return ~uint64_t{0};
+    const std::string& d = resp.values(0).value().data();
+    value->resize(d.size() / 4);
+    std::memcpy(value->data(), d.data(), d.size());
+    return resp.values(0).version();
+  }
+
+  std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<DataHandler> handler_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<grpc::Service> streams_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string peer_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
 
 }  // namespace pstrain::stream_testing
