@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -16,171 +17,32 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint_format.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
 #include "ps_testing.h"
 #include "stream.grpc.pb.h"
 #include "transport/grpc_stream.h"
+#include "transport_stream_testing.h"
 
 namespace pstrain {
 namespace {
 
 using ps_testing::Chief;
 using ps_testing::Worker;
-
-// A deterministic, finite, byte-varied value for element i (no two neighbours alike, every byte
-// of the float in play), so a shifted, dropped or reordered chunk shows.
-float Pattern(int64_t i) {
-  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32);
-  h ^= h >> 15;
-  const uint32_t bits = (h & 0x807fffffu) | ((100u + (h >> 23) % 50u) << 23);  // exponent 100..149
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-// A small exact gradient: lr 1 SGD then gives Pattern(i) - Gradient(i), rounded once.
-float Grad(int64_t i) { return static_cast<float>(i % 7) - 3.0f; }
-
-// Peak resident memory of this process in bytes (VmHWM), and a reset of it.
-int64_t PeakRss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-int64_t Rss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-bool ResetPeakRss() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
-
-class StreamTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ps_ = *ParameterServer::Create({});
-    ps_->ExpectChief(Chief().incarnation());
-    handler_ = MakeDataHandler(ps_.get());
-    service_ = MakeParameterServerService(ps_.get(), nullptr);
-    streams_ = MakeTensorStreamService(handler_.get());
-    ASSERT_NE(streams_, nullptr);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        StartGrpcServer("127.0.0.1:0", {service_.get(), streams_.get()}, &port);
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = *std::move(started);
-    peer_ = absl::StrCat("ps:0 127.0.0.1:", port);
-    channel_ = MakeChannel(absl::StrCat("127.0.0.1:", port));
-  }
-  void TearDown() override {
-    ps_->Stop();
-    if (server_) server_->Shutdown();
-  }
-
-  // A variable of n floats with value Pattern(i) (or `value` if given) and SGD at lr 1, created
-  // in place (its initial value would not fit a CreateVariables message).
-  void Create(const std::string& name, int64_t n) {
-    CreateVariablesRequest req;
-    *req.mutable_sender() = Chief();
-    VariableDef* def = req.add_variables();
-    def->set_name(name);
-    def->mutable_initial_value()->set_dtype(DT_FLOAT);
-    def->mutable_initial_value()->add_shape(n);
-    std::string* data = def->mutable_initial_value()->mutable_data();
-    data->resize(n * sizeof(float));
-    float* p = reinterpret_cast<float*>(data->data());
-    for (int64_t i = 0; i < n; ++i) p[i] = Pattern(i);
-    *def->mutable_optimizer() = ps_testing::Sgd(1.0);
-    CreateVariablesResponse resp;
-    ASSERT_TRUE(ps_->CreateVariables(req, &resp).ok());
-  }
-
-  absl::Status Pull(const std::string& name, std::vector<float>* dest, PullResponse* resp,
-                    int64_t dest_floats = -1) {
-    PullRequest req;
-    *req.mutable_sender() = Worker(0);
-    req.add_names(name);
-    absl::Status out;
-    absl::Notification done;
-    StreamPull(channel_.get(), peer_, Options(), req,
-               {{dest->data(),
-                 dest_floats < 0 ? static_cast<int64_t>(dest->size() * 4) : dest_floats * 4}},
-               resp, [&](absl::Status s) {
-                 out = s;
-                 done.Notify();
-               });
-    done.WaitForNotification();
-    return out;
-  }
-  absl::Status Push(const std::string& name, const std::vector<float>& grad,
-                    int64_t read_version = 0) {
-    PushRequest head;
-    *head.mutable_sender() = Worker(0);
-    Gradient* g = head.add_gradients();
-    g->set_name(name);
-    g->set_read_version(read_version);
-    g->mutable_gradient()->set_dtype(DT_FLOAT);
-    g->mutable_gradient()->add_shape(static_cast<int64_t>(grad.size()));
-    PushResponse resp;
-    absl::Status out;
-    absl::Notification done;
-    StreamPush(channel_.get(), peer_, Options(), head,
-               {{grad.data(), static_cast<int64_t>(grad.size() * 4)}}, &resp, [&](absl::Status s) {
-                 out = s;
-                 done.Notify();
-               });
-    done.WaitForNotification();
-    return out;
-  }
-  static CallOptions Options() {
-    CallOptions o;
-    o.deadline = absl::Now() + absl::Seconds(300);
-    return o;
-  }
-
-  // The variable's value and version, read in process (not through the stream under test).
-  uint64_t VersionAndValue(const std::string& name, std::vector<float>* value) {
-    PullRequest req;
-    *req.mutable_sender() = Chief();
-    req.add_names(name);
-    PullResponse resp;
-    absl::Status s = ps_->Pull(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return ~uint64_t{0};
-    const std::string& d = resp.values(0).value().data();
-    value->resize(d.size() / 4);
-    std::memcpy(value->data(), d.data(), d.size());
-    return resp.values(0).version();
-  }
-
-  std::unique_ptr<ParameterServer> ps_;
-  std::unique_ptr<DataHandler> handler_;
-  std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<grpc::Service> streams_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string peer_;
-  std::shared_ptr<grpc::Channel> channel_;
-};
-
-// Elements where `got` differs from want(i) bit for bit; the first is reported.
-template <typename Want>
-int64_t Mismatches(const std::vector<float>& got, Want want) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
-    const float w = want(i);
-    if (std::memcmp(&got[i], &w, sizeof w) != 0) {
-      if (bad++ == 0) ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << w;
-    }
-  }
-  return bad;
-}
+using stream_testing::Data;
+using stream_testing::Grad;
+using stream_testing::Head;
+using stream_testing::Mismatches;
+using stream_testing::Pattern;
+using stream_testing::PeakRss;
+using stream_testing::RawPush;
+using stream_testing::ResetPeakRss;
+using stream_testing::Rss;
+using stream_testing::StreamTest;
 
 TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
   constexpr int64_t kFloats = (int64_t{600} << 20) / 4;
@@ -204,38 +66,40 @@ TEST_F(StreamTest, A600MbTensorRoundTripsBitExactly) {
   ASSERT_TRUE(Pull("big", &got, &resp).ok());
   EXPECT_EQ(resp.values(0).version(), 1u);
   EXPECT_EQ(Mismatches(got, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
-}
+  got = {};
 
-// A raw client of PushStream speaking protobuf's own encoding of the chunks, for bad streams.
-absl::Status RawPush(grpc::Channel* channel, const std::vector<PushChunk>& chunks) {
-  auto stub = TensorStreamService::NewStub(channel->shared_from_this());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  PushResponse resp;
-  std::unique_ptr<grpc::ClientWriter<PushChunk>> writer = stub->PushStream(&ctx, &resp);
-  for (const PushChunk& c : chunks) {
-    if (!writer->Write(c)) break;
+  // The PS checkpoints it whole: its part file holds the pushed value bit for bit.
+  const std::string dir = std::filesystem::temp_directory_path() / "transport_stream_test_ckpt";
+  std::filesystem::remove_all(dir);
+  CheckpointRequest req;
+  *req.mutable_sender() = Chief();
+  req.set_id(1);
+  req.set_num_ps(1);
+  req.set_phase(CheckpointRequest::FREEZE);
+  req.set_freeze_timeout_s(60);
+  CheckpointShard* shard = req.add_shards();
+  shard->set_name("big");
+  shard->set_variable("big");
+  shard->add_shape(kFloats);
+  shard->set_row_end(kFloats);
+  CheckpointResponse cresp;
+  ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+  req.clear_shards();
+  req.set_phase(CheckpointRequest::RELEASE);
+  req.set_dir(dir);
+  req.set_global_step(1);
+  ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+  req.set_phase(CheckpointRequest::WAIT);
+  for (int i = 0; i < 600 && cresp.path().empty(); ++i) {
+    ASSERT_TRUE(ps_->Checkpoint(req, &cresp).ok());
+    if (cresp.path().empty()) absl::SleepFor(absl::Milliseconds(100));
   }
-  writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
-}
-
-PushChunk Head(const std::string& name, std::vector<int64_t> shape) {
-  PushChunk c;
-  *c.mutable_head()->mutable_sender() = Worker(0);
-  Gradient* g = c.mutable_head()->add_gradients();
-  g->set_name(name);
-  g->mutable_gradient()->set_dtype(DT_FLOAT);
-  for (int64_t d : shape) g->mutable_gradient()->add_shape(d);
-  return c;
-}
-PushChunk Data(int index, int64_t offset, const std::vector<float>& v, int64_t from,
-               int64_t count) {
-  PushChunk c;
-  c.set_index(index);
-  c.set_offset(offset);
-  c.set_data(reinterpret_cast<const char*>(v.data() + from), count * 4);
-  return c;
+  absl::StatusOr<PartFile> part = ReadPartFile(cresp.path());
+  ASSERT_TRUE(part.ok()) << part.status();
+  ASSERT_EQ(part->shards.size(), 1u);
+  EXPECT_EQ(part->shards[0].version, 1u);
+  EXPECT_EQ(Mismatches(part->shards[0].values, [](int64_t i) { return Pattern(i) - Grad(i); }), 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
@@ -313,6 +177,98 @@ TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
   EXPECT_EQ(Mismatches(after, [](int64_t i) { return Pattern(i) - 1.0f; }), 0);
 }
 
+TEST_F(StreamTest, StreamsWithoutTheJobTokenAreRefused) {
+  Security with_token;
+  with_token.token = "stream-test-token";
+  SetSecurity(with_token);
+  constexpr int64_t n = 100;
+  Create("w", n);
+  std::vector<float> g(n, 1.0f);
+  // A channel without pstrain's credentials carries no token.
+  std::shared_ptr<grpc::Channel> bare =
+      grpc::CreateChannel(peer_.substr(peer_.find(' ') + 1), grpc::InsecureChannelCredentials());
+  absl::Status s = RawPush(bare.get(), {Head("w", {n}), Data(0, 0, g, 0, n)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  EXPECT_NE(s.message().find("PushStream refused: the request carries no job token"),
+            std::string::npos)
+      << s;
+  std::vector<float> dest(n);
+  PullResponse resp;
+  PullRequest req;
+  *req.mutable_sender() = Worker(0);
+  req.add_names("w");
+  absl::Notification done;
+  StreamPull(bare.get(), peer_, Options(), req, {{dest.data(), n * 4}}, &resp,
+             [&](absl::Status st) {
+               s = st;
+               done.Notify();
+             });
+  done.WaitForNotification();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  std::vector<float> value;
+  EXPECT_EQ(VersionAndValue("w", &value), 0u);
+  // With the token (pstrain's channel) the same push applies.
+  EXPECT_TRUE(RawPush(MakeChannel(peer_.substr(peer_.find(' ') + 1)).get(),
+                      {Head("w", {n}), Data(0, 0, g, 0, n)})
+                  .ok());
+  EXPECT_EQ(VersionAndValue("w", &value), 1u);
+  SetSecurity(Security{});
+}
+
+// Several tensors in one stream, each of several chunks or less than one, in request order.
+TEST_F(StreamTest, SeveralTensorsShareOneStream) {
+  const std::vector<int64_t> sizes = {3, (int64_t{9} << 20) / 4 + 5, 1};  // 9 MB: three chunks
+  const std::vector<std::string> names = {"a", "b", "c"};
+  for (size_t k = 0; k < sizes.size(); ++k) Create(names[k], sizes[k]);
+  PushRequest head;
+  *head.mutable_sender() = Worker(0);
+  std::vector<std::vector<float>> grads(sizes.size());
+  std::vector<ConstBytes> bytes;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    Gradient* g = head.add_gradients();
+    g->set_name(names[k]);
+    g->mutable_gradient()->set_dtype(DT_FLOAT);
+    g->mutable_gradient()->add_shape(sizes[k]);
+    grads[k].assign(sizes[k], static_cast<float>(k + 1));
+    bytes.push_back({grads[k].data(), sizes[k] * 4});
+  }
+  PushResponse presp;
+  absl::Status pushed;
+  absl::Notification push_done;
+  StreamPush(channel_.get(), peer_, Options(), head, bytes, &presp, [&](absl::Status s) {
+    pushed = s;
+    push_done.Notify();
+  });
+  push_done.WaitForNotification();
+  ASSERT_TRUE(pushed.ok()) << pushed;
+
+  PullRequest req;
+  *req.mutable_sender() = Worker(0);
+  std::vector<std::vector<float>> got(sizes.size());
+  std::vector<MutableBytes> dest;
+  for (size_t k = sizes.size(); k-- > 0;) {  // in another order than pushed
+    req.add_names(names[k]);
+    got[k].assign(sizes[k], 0.0f);
+    dest.push_back({got[k].data(), sizes[k] * 4});
+  }
+  PullResponse resp;
+  absl::Status pulled;
+  absl::Notification pull_done;
+  StreamPull(channel_.get(), peer_, Options(), req, dest, &resp, [&](absl::Status s) {
+    pulled = s;
+    pull_done.Notify();
+  });
+  pull_done.WaitForNotification();
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  ASSERT_EQ(resp.values_size(), 3);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_EQ(resp.values(2 - k).name(), names[k]);
+    EXPECT_EQ(resp.values(2 - k).version(), 1u);
+    EXPECT_EQ(Mismatches(got[k], [k](int64_t i) { return Pattern(i) - (k + 1.0f); }), 0)
+        << names[k];
+  }
+}
+
 TEST_F(StreamTest, ClientRefusesMismatchedBuffers) {
   Create("w", 100);
   std::vector<float> dest(100);
@@ -381,12 +337,19 @@ TEST_F(StreamTest, PeakMemoryOfA256MbPushAndPull) {
   const int64_t base = Rss();
   ASSERT_GT(base, 3 * kBytes);
   ASSERT_LE(PeakRss(), base + (int64_t{8} << 20));  // the reset took
+  const absl::Time start = absl::Now();
   ASSERT_TRUE(Push("m", grad).ok());
+  const absl::Duration push_time = absl::Now() - start;
   const int64_t push_extra = PeakRss() - base;
   ASSERT_TRUE(ResetPeakRss());
   PullResponse resp;
   ASSERT_TRUE(Pull("m", &dest, &resp).ok());
+  const absl::Duration pull_time = absl::Now() - start - push_time;
   const int64_t pull_extra = PeakRss() - base;
+  // For the record only (speed is the benchmark's): GB/s of each, on this machine's load.
+  std::printf("256 MB push %.2f GB/s, pull %.2f GB/s\n",
+              kBytes / 1e9 / absl::ToDoubleSeconds(push_time),
+              kBytes / 1e9 / absl::ToDoubleSeconds(pull_time));
   EXPECT_EQ(Mismatches(dest, [](int64_t i) { return Pattern(i) - 0.5f; }), 0);
   // The variable (SGD: no slots) plus what streaming it took, against the variable alone.
   const int64_t extra = std::max(push_extra, pull_extra);

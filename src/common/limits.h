@@ -21,9 +21,6 @@ constexpr int64_t kMaxPayloadBytes = kMaxMessageBytes - (int64_t{16} << 20);
 // kMaxPayloadBytes instead: a variable's initial value (CreateVariables, so the chief shards
 // variables to at most that) and a shard's optimizer slots in a checkpoint's Import.
 constexpr int64_t kMaxTensorBytes = int64_t{16} << 30;
-// Bytes of one chunk of such a stream: large enough that per-message costs vanish next to the
-// copy, small enough that a stream holds little besides the tensor itself.
-constexpr int64_t kStreamChunkBytes = int64_t{4} << 20;
 // Dimensions of a tensor's shape.
 constexpr int kMaxTensorRank = 32;
 // Names of variables, shards, barriers, optimizers, initializers, partitioners.

@@ -188,6 +188,19 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
   std::vector<ImportBatches> batches(ps_addresses.size());
   for (size_t i = 0; i < order.size(); ++i) AddVariables(*order[i], (*placed)[i], &batches);
   for (const TableRecord& t : ckpt.tables) AddTable(t, &batches);
+  // A shard's optimizer slots travel in one Import message (only pushes and pulls are streamed):
+  // say so before sending any, rather than let gRPC refuse a message past its limit.
+  for (size_t ps = 0; ps < ps_addresses.size(); ++ps) {
+    for (const ImportRequest& req : batches[ps].requests()) {
+      if (req.ByteSizeLong() <= static_cast<size_t>(kMaxMessageBytes)) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", ckpt.path, ": the optimizer slots of variable '",
+                       req.variables_size() > 0 ? req.variables(0).name() : "", "' for ",
+                       TaskName("ps", static_cast<int>(ps)), " need ", req.ByteSizeLong(),
+                       " bytes in one Import message, over the limit of ", kMaxMessageBytes,
+                       ": partition the variable into smaller shards"));
+    }
+  }
   for (size_t ps = 0; ps < ps_addresses.size(); ++ps) {
     auto stub = ParameterServerService::NewStub(MakeChannel(ps_addresses[ps]));
     for (const ImportRequest& req : batches[ps].requests()) {

@@ -1,6 +1,10 @@
 // Pushes and pulls too large for one gRPC message (more than kMaxPayloadBytes of tensor bytes)
 // travel as chunks of a stream on TensorStreamService (proto/stream.proto), so a tensor has no
-// 512 MB ceiling and neither end holds a second copy of it. Used by the gRPC DataChannel.
+// 512 MB ceiling (up to kMaxTensorBytes). The client sends from the caller's bytes and receives
+// into the caller's buffers, with no copy of its own; the PS holds one buffer per pushed
+// gradient (it applies a push only once all of it arrived) and one copy of each pulled value
+// (taken under the variable's lock, sent after it: grpc_stream_server.cc). Used by the gRPC
+// DataChannel.
 #pragma once
 
 #include <memory>

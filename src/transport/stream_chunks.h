@@ -16,6 +16,11 @@
 
 namespace pstrain::stream_chunks {
 
+// Bytes of one chunk: large enough that per-message costs vanish next to the copy, small enough
+// that a stream holds little besides the tensor itself, and with its header within gRPC's
+// default 4 MiB message limit, so a channel without pstrain's limits carries it too.
+inline constexpr int64_t kStreamChunkBytes = (int64_t{4} << 20) - 4096;
+
 inline constexpr char kPushMethod[] = "/pstrain.TensorStreamService/PushStream";
 inline constexpr char kPullMethod[] = "/pstrain.TensorStreamService/PullStream";
 
