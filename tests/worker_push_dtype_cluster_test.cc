@@ -20,7 +20,7 @@ nlohmann::json Launch(const std::string& push_dtype) {
       PSTRAIN_BINARY, "launch", "--data",       MnistDir(), "--ps",    "1",  "--workers", "1",
       "--mode",       "sync",   "--hidden",     "256,128",  "--batch", "64", "--epochs",  "1",
       "--seed",       "5",      "--push_dtype", push_dtype};
-  const Result r = Run(argv, {}, 600);
+  const Result r = testing::Run(argv, {}, 600);
   EXPECT_EQ(r.exit_code, 0) << push_dtype << ": " << r.err;
   const std::string line = LastJsonLine(r.out);
   if (line.empty()) return nlohmann::json::object();
@@ -48,9 +48,9 @@ TEST(PushDtypeClusterTest, SixteenBitPushesTrainMnistAsWellAsFloat32) {
 }
 
 TEST(PushDtypeClusterTest, AnUnknownPushDtypeIsRefused) {
-  const Result r = Run({PSTRAIN_BINARY, "launch", "--data", MnistDir(), "--ps", "1", "--workers",
-                        "1", "--push_dtype", "float8"},
-                       {}, 120);
+  const Result r = testing::Run({PSTRAIN_BINARY, "launch", "--data", MnistDir(), "--ps", "1",
+                                 "--workers", "1", "--push_dtype", "float8"},
+                                {}, 120);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--push_dtype"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("float8"), std::string::npos) << r.err;
