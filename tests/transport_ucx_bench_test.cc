@@ -4,9 +4,6 @@
 // a test: disabled, run with
 //   transport_ucx_bench_test --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
 // and it asserts only that the calls succeed.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,20 +21,6 @@ constexpr int kReps = 7;
 
 std::string Name(int64_t mb) { return absl::StrCat("v", mb); }
 
-// The child: a PS holding one variable per size, serving until the parent closes `stop`.
-[[noreturn]] void ServePs(int port_out, int stop) {
-  LocalPs ps;
-  for (int64_t mb : kMegabytes) {
-    ps.Create(Name(mb), Tensor(std::vector<int64_t>{(mb << 20) / 4}, 0.0f), 1.0);
-  }
-  const int port = ps.status.ok() ? std::stoi(ps.address.substr(ps.address.rfind(':') + 1)) : 0;
-  if (write(port_out, &port, sizeof(port)) != sizeof(port)) _exit(1);
-  char c;
-  while (read(stop, &c, 1) > 0) {
-  }
-  _exit(0);
-}
-
 double Seconds(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
   fn();
@@ -50,21 +33,11 @@ double Median(std::vector<double> v) {
 }
 
 TEST(UcxTransportBench, DISABLED_PushPullAgainstMemcpy) {
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(pipe(to_parent), 0);
-  ASSERT_EQ(pipe(to_child), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(to_child[1]);
-    ServePs(to_parent[1], to_child[0]);
-  }
-  close(to_child[0]);
-  int port = 0;
-  ASSERT_EQ(read(to_parent[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-  ASSERT_NE(port, 0);
-  absl::StatusOr<std::unique_ptr<DataChannel>> ch =
-      MakeUcxDataChannel(absl::StrCat("127.0.0.1:", port));
+  std::vector<std::pair<std::string, int64_t>> variables;
+  for (int64_t mb : kMegabytes) variables.emplace_back(Name(mb), (mb << 20) / 4);
+  ForkedPs ps("async", variables);
+  ASSERT_FALSE(ps.address().empty());
+  absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address());
   ASSERT_TRUE(ch.ok()) << ch.status();
   for (int64_t mb : kMegabytes) {
     const int64_t n = (mb << 20) / 4;
@@ -96,10 +69,7 @@ TEST(UcxTransportBench, DISABLED_PushPullAgainstMemcpy) {
         Median(ucx) * 1e3);
   }
   ch->reset();
-  close(to_child[1]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(ps.Stop());
 }
 
 }  // namespace
