@@ -1,7 +1,7 @@
 // Throughput of the UCX transport between two processes of this host (a PS in a child process,
 // the client here): one push + one pull of a 16 MB and a 64 MB variable, next to memcpy of the
 // same bytes (twice: the push's and the pull's) in the same run, interleaved. A measurement, not
-// a test: disabled, run with
+// a test (it also prints a 4 KB pull's round trip): disabled, run with
 //   transport_ucx_bench_test --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
 // and it asserts only that the calls succeed.
 #include <algorithm>
@@ -35,6 +35,7 @@ double Median(std::vector<double> v) {
 TEST(UcxTransportBench, DISABLED_PushPullAgainstMemcpy) {
   std::vector<std::pair<std::string, int64_t>> variables;
   for (int64_t mb : kMegabytes) variables.emplace_back(Name(mb), (mb << 20) / 4);
+  variables.emplace_back("v4k", 1024);
   ForkedPs ps("async", variables);
   ASSERT_FALSE(ps.address().empty());
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address());
@@ -68,6 +69,19 @@ TEST(UcxTransportBench, DISABLED_PushPullAgainstMemcpy) {
         static_cast<long long>(mb), ucx_gbs, memcpy_gbs, ucx_gbs / memcpy_gbs, Median(push_s) * 1e3,
         Median(ucx) * 1e3);
   }
+  // The round trip of a small pull, against which nothing here compares: see `pstrain bench`.
+  std::vector<float> small(1024);
+  std::vector<double> rtt;
+  for (int rep = 0; rep < 201; ++rep) {
+    absl::Status s;
+    PullResponse pulled;
+    const double t = Seconds([&] { s = PullFloats(ch->get(), {"v4k"}, {&small}, &pulled); });
+    ASSERT_TRUE(s.ok()) << s;
+    if (rep > 0) rtt.push_back(t);
+  }
+  std::sort(rtt.begin(), rtt.end());
+  std::printf("  4 KB pull over UCX: p50 %.0f us, p99 %.0f us\n", rtt[rtt.size() / 2] * 1e6,
+              rtt[rtt.size() * 99 / 100] * 1e6);
   ch->reset();
   EXPECT_TRUE(ps.Stop());
 }
