@@ -2,10 +2,14 @@
 // UCX on 127.0.0.1 in this process, and pushes and pulls of float vectors through a DataChannel.
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -141,5 +145,55 @@ inline absl::Status PullFloats(DataChannel* ch, const std::vector<std::string>& 
   }
   return Wait([&](DoneFn done) { ch->Pull(options, req, bytes, resp, std::move(done)); });
 }
+
+// A PS (LocalPs in `mode`, holding `variables` of zeros with SGD) in a child process, serving
+// until Stop or the child is killed. Fork it before this process starts gRPC or UCX.
+class ForkedPs {
+ public:
+  ForkedPs(const std::string& mode, const std::vector<std::pair<std::string, int64_t>>& variables) {
+    int to_parent[2], to_child[2];
+    if (pipe(to_parent) != 0 || pipe(to_child) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(to_child[1]);
+      LocalPs ps(/*ucx=*/true, mode);
+      for (const auto& [name, floats] : variables) {
+        ps.Create(name, Tensor(std::vector<int64_t>{floats}, 0.0f), 1.0);
+      }
+      const int port = ps.status.ok() ? std::stoi(ps.address.substr(ps.address.rfind(':') + 1)) : 0;
+      if (write(to_parent[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+      char c;
+      while (read(to_child[0], &c, 1) > 0) {
+      }
+      _exit(0);
+    }
+    close(to_child[0]);
+    close(to_parent[1]);
+    stop_ = to_child[1];
+    int port = 0;
+    if (read(to_parent[0], &port, sizeof(port)) == sizeof(port) && port != 0) {
+      address_ = absl::StrCat("127.0.0.1:", port);
+    }
+    close(to_parent[0]);
+  }
+  ~ForkedPs() { Stop(); }
+  // host:port of its gRPC server; empty if it did not start.
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // Ends the child; true if it exited cleanly.
+  bool Stop() {
+    if (pid_ <= 0) return false;
+    close(stop_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int stop_ = -1;
+  std::string address_;
+};
 
 }  // namespace pstrain::ucx_testing

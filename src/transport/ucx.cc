@@ -89,6 +89,7 @@ UcxChannel::~UcxChannel() {
     if (!empty) absl::SleepFor(absl::Milliseconds(1));
   }
   worker_->Stop();
+  dones_.Stop();  // the last `done`s run before the channel is gone
 }
 
 absl::Status UcxChannel::EnsureEp() {

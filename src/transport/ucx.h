@@ -1,5 +1,6 @@
 // The UCX transport (Debian's libucx): the data plane's bulk calls over UCP, which picks shared
-// memory (posix, sysv, cma) between processes of one host and TCP between hosts.
+// memory between processes of one host and TCP between hosts. Wire format, threads, deadlines,
+// the fallback rule and TLS: docs/transport_ucx.md.
 #pragma once
 
 #include <memory>
@@ -12,7 +13,9 @@ namespace pstrain {
 
 // A DataChannel to the PS whose gRPC server is at `address`: asks it (the DataPlane RPC) for its
 // UCX listener and connects to it. FailedPrecondition naming the PS if it serves no UCX;
-// Unavailable naming UCX's error if UCX cannot start or connect.
+// Unavailable naming UCX's error if UCX cannot start or connect (within 10 s). Calls' `done`
+// run in order on a thread of the channel: do not destroy the channel in one.
+// CallOptions::wait_for_ready has no effect: a lost connection is made again by the next call.
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeUcxDataChannel(const std::string& address);
 
 // A UCX listener serving `handler`. Thread-safe.

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/security.h"
 #include "transport/transport.h"
+#include "transport/ucx_call.h"
 #include "transport/ucx_wire.h"
 #include "transport/ucx_worker.h"
 
@@ -91,6 +92,9 @@ class UcxChannel final : public DataChannel {
 
   const std::string address_, ucx_address_;
   std::unique_ptr<UcxWorker> worker_;
+  // Runs the calls' `done` in order, off the progress thread, so that a `done` that makes
+  // another call on this channel and waits for it does not stall the thread that would end it.
+  UcxThreadPool dones_{1};
   const std::string token_;
   // Progress thread only.
   ucp_ep_h ep_ = nullptr;

@@ -23,7 +23,10 @@ void UcxChannel::MaybeFinish(ClientCall* c) {
   auto it = calls_.find(c->id);
   std::unique_ptr<ClientCall> owned = std::move(it->second);
   calls_.erase(it);
-  owned->done(owned->result);
+  dones_.Run([c = owned.release()] {
+    std::unique_ptr<ClientCall> call(c);
+    call->done(call->result);
+  });
 }
 
 ucs_status_t UcxChannel::OnResponse(void* arg, const void* header, size_t header_length, void* data,

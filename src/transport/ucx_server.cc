@@ -30,6 +30,11 @@ struct Conn {
 
 class UcxServerImpl;
 
+// Pushes up to this size are applied on the progress thread (an optimizer step over them is
+// shorter than handing them to another thread); larger ones on the handler threads, so that
+// the progress thread keeps receiving meanwhile.
+constexpr size_t kInlinePushBytes = 256 << 10;
+
 // One request from its arrival to its response's send.
 struct ServerCall {
   UcxServerImpl* server = nullptr;
@@ -67,6 +72,10 @@ class UcxServerImpl final : public UcxServer {
   ucs_status_t Receive(std::shared_ptr<Conn> conn, const void* header, size_t header_length,
                        void* data, size_t length, const ucp_am_recv_param_t* param);
   void Dispatch(std::unique_ptr<ServerCall> call);
+  void RunHandler(bool inline_call, std::function<void()> fn) {
+    if (inline_call) return fn();
+    pool_.Run(std::move(fn));
+  }
   void Finish(ServerCall* call, const absl::Status& status);
   void SendResponse(std::unique_ptr<ServerCall> call);
   void Answer(std::shared_ptr<Conn> conn, uint64_t id, const absl::Status& status);
@@ -277,7 +286,9 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
     }
     call->values.resize(call->pull.names_size());
     call->counts.resize(call->pull.names_size());
-    pool_.Run([call] {
+    // Inline: a pull only copies values out (or waits without a thread, in sync and ssp), and
+    // a small pull's round trip is mostly thread hand-offs.
+    RunHandler(true, [call] {
       call->server->handler_->Pull(
           call->pull, &call->pull_resp,
           [call](int i, const float* v, int64_t n) {
@@ -299,7 +310,7 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
   absl::Status s = SplitTensorBytes(call->push, head + call->wire.head_bytes,
                                     call->size - call->wire.head_bytes, &call->grads);
   if (!s.ok()) return Finish(call, s);
-  pool_.Run([call] {
+  RunHandler(call->size <= kInlinePushBytes, [call] {
     call->server->handler_->Push(call->push, call->grads, &call->push_resp,
                                  [call](absl::Status s) { call->server->Finish(call, s); });
   });
@@ -328,6 +339,7 @@ void UcxServerImpl::Finish(ServerCall* call, const absl::Status& status) {
     }
   }
   call->out.tensor_bytes = tensor_bytes;
+  if (worker_->OnThread()) return SendResponse(std::unique_ptr<ServerCall>(call));
   worker_->Post([this, call] { SendResponse(std::unique_ptr<ServerCall>(call)); });
 }
 

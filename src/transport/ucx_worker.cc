@@ -18,10 +18,12 @@ namespace {
 // worker's event fd: a reply that follows a request within it costs no wakeup.
 constexpr absl::Duration kSpin = absl::Microseconds(100);
 // While calls are outstanding the thread does not rely on the event fd (shared memory raises
-// no event for every step of a rendezvous): it yields between polls, and after this long
-// without progress sleeps briefly instead.
+// no event for every step of a rendezvous): it yields between polls, after kBusyYield without
+// progress sleeps briefly instead, and after kBusyLong (a sync pull waiting for its step) longer.
 constexpr absl::Duration kBusyYield = absl::Milliseconds(10);
 constexpr absl::Duration kBusySleep = absl::Microseconds(50);
+constexpr absl::Duration kBusyLong = absl::Milliseconds(200);
+constexpr absl::Duration kBusyLongSleep = absl::Microseconds(500);
 constexpr int kIdleWaitMs = 2;
 
 }  // namespace
@@ -154,10 +156,11 @@ void UcxWorker::Loop() {
     }
     if (now - last_active < kSpin) continue;
     if (busy_()) {
-      if (now - last_active < kBusyYield) {
+      const absl::Duration idle = now - last_active;
+      if (idle < kBusyYield) {
         std::this_thread::yield();
       } else {
-        absl::SleepFor(kBusySleep);
+        absl::SleepFor(idle < kBusyLong ? kBusySleep : kBusyLongSleep);
       }
       continue;
     }

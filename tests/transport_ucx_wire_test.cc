@@ -1,0 +1,151 @@
+// The UCX PS end against malformed requests sent as raw UCP active messages (ucx_wire.h): each
+// is answered INVALID_ARGUMENT naming what is wrong, nothing reaches the PS, and the server goes
+// on serving well-formed calls.
+#include <netdb.h>
+
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "transport/ucx_wire.h"
+#include "transport/ucx_worker.h"
+#include "transport_ucx_testing.h"
+
+namespace pstrain {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace ucx_testing;  // NOLINT: the helpers of this test
+
+// A bare UCP client: sends one request of its own making and returns the answer's status.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& ucx_address) {
+    worker_ = *UcxWorker::Create("raw-client");
+    ucp_am_handler_param_t am = {};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    am.id = kAmResponse;
+    am.flags = UCP_AM_FLAG_WHOLE_MSG;
+    am.arg = this;
+    am.cb = [](void* arg, const void* header, size_t, void* data, size_t length,
+               const ucp_am_recv_param_t* param) -> ucs_status_t {
+      auto* self = static_cast<RawClient*>(arg);
+      WireResponse wire;
+      std::memcpy(&wire, header, sizeof(wire));
+      // Answers to bad requests are small: eager, their data valid during this call.
+      const bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+      self->answer_ = absl::Status(
+          static_cast<absl::StatusCode>(wire.code),
+          eager ? std::string(static_cast<const char*>(data), wire.message_bytes) : "(rndv)");
+      self->answered_->Notify();
+      return UCS_OK;
+    };
+    EXPECT_EQ(ucp_worker_set_am_recv_handler(worker_->worker(), &am), UCS_OK);
+    worker_->Start([] {}, [] { return true; });
+    std::string host;
+    int port = 0;
+    EXPECT_TRUE(ParseHostPort(ucx_address, &host, &port).ok());
+    addrinfo* found = nullptr;
+    EXPECT_EQ(getaddrinfo(host.c_str(), std::to_string(port).c_str(), nullptr, &found), 0);
+    worker_->Run([&] {
+      ucp_ep_params_t p = {};
+      p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      p.sockaddr.addr = found->ai_addr;
+      p.sockaddr.addrlen = found->ai_addrlen;
+      p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      EXPECT_EQ(ucp_ep_create(worker_->worker(), &p, &ep_), UCS_OK);
+    });
+    freeaddrinfo(found);
+  }
+  ~RawClient() {
+    worker_->Run([&] {
+      ucp_request_param_t p = {};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
+      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+    });
+    worker_->Stop();
+  }
+
+  // `header` (WireRequest and whatever follows it) and `data`, as one request.
+  absl::Status Send(const std::string& header, const std::string& data) {
+    answered_ = std::make_unique<absl::Notification>();
+    worker_->Run([&] {
+      ucp_request_param_t p = {};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+      ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmRequest, header.data(), header.size(),
+                                           data.data(), data.size(), &p);
+      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // eager: the data was copied
+    });
+    if (!answered_->WaitForNotificationWithTimeout(absl::Seconds(20))) {
+      return absl::InternalError("no answer");
+    }
+    return answer_;
+  }
+
+ private:
+  std::unique_ptr<UcxWorker> worker_;
+  ucp_ep_h ep_ = nullptr;
+  std::unique_ptr<absl::Notification> answered_;
+  absl::Status answer_;
+};
+
+std::string Header(WireMethod method, size_t head_bytes, uint32_t magic = kWireMagic) {
+  WireRequest wire;
+  wire.magic = magic;
+  wire.method = static_cast<uint32_t>(method);
+  wire.id = 1;
+  wire.head_bytes = head_bytes;
+  return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire));
+}
+
+std::string PushHead(int64_t dim) {
+  PushRequest req;
+  *req.mutable_sender() = MakeSender("worker", 0);
+  Gradient* g = req.add_gradients();
+  g->set_name("w");
+  g->mutable_gradient()->set_dtype(DT_FLOAT);
+  g->mutable_gradient()->add_shape(dim);
+  return req.SerializeAsString();
+}
+
+TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
+  LocalPs ps;
+  ASSERT_TRUE(ps.status.ok()) << ps.status;
+  ps.Create("w", Tensor(std::vector<int64_t>{4}, 1.0f), 1.0);
+  RawClient raw(ps.ucx_server->address());
+  const std::string grad(16, '\x01');
+  struct Case {
+    std::string header, data, says;
+  };
+  const std::string head = PushHead(4);
+  const std::vector<Case> cases = {
+      {Header(WireMethod::kPush, 9), "not a protobuf at all" + grad, "does not parse"},
+      {Header(WireMethod::kPush, head.size()), head + grad.substr(0, 8), "needs 16 bytes"},
+      {Header(WireMethod::kPush, head.size()), head + grad + "xx", "tensor bytes"},
+      {Header(WireMethod::kPush, PushHead(-4).size()), PushHead(-4), "negative"},
+      {Header(WireMethod::kPush, 1000), head, "with a head of 1000"},
+      {Header(static_cast<WireMethod>(9), head.size()), head + grad, "unknown UCX request method"},
+      {Header(WireMethod::kPush, head.size(), 0x1234), head + grad, "malformed header"},
+      {Header(WireMethod::kPull, 4), "\xff\xff\xff\xff", "PullRequest does not parse"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = raw.Send(c.header, c.data);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.says << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(c.says));
+  }
+  EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 1.0f));
+  // The well-formed request of the same bytes is applied: the server still serves.
+  std::vector<float> ones(4, 1.0f);
+  std::string bytes(reinterpret_cast<const char*>(ones.data()), 16);
+  absl::Status s = raw.Send(Header(WireMethod::kPush, head.size()), head + bytes);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 0.0f));
+}
+
+}  // namespace
+}  // namespace pstrain
