@@ -30,7 +30,6 @@ std::vector<int64_t> ShardShape(const VariableRef& v, const ShardRef& s) {
 // channel names only the address it was made for.
 absl::Status NamePs(absl::Status s, const char* what, const std::string& address,
                     const std::string& peer) {
-  if (s.ok()) return s;
   absl::string_view m = s.message();
   absl::ConsumePrefix(&m, absl::StrCat(what, " at ", address, ": "));
   return absl::Status(s.code(), absl::StrCat(what, " at ", peer, ": ", m));
@@ -191,7 +190,8 @@ absl::Status PsClient::FanOut(const char* what, bool retry, Call call) {
         const int ps = batches_[b].ps;
         call(channels_[ps].get(), options, b,
              [this, what, ps, done = std::move(done)](absl::Status s) {
-               done(NamePs(std::move(s), what, peers_.address(ps), peers_.PeerName(ps)));
+               if (!s.ok()) s = NamePs(std::move(s), what, peers_.address(ps), peers_.PeerName(ps));
+               done(std::move(s));
              });
       });
 }

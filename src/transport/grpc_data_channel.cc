@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <climits>
+#include <functional>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
