@@ -116,8 +116,9 @@ def test_apply_rows(run):
             check_ratio(value, base, r[3], 2)
 
 
-def test_end_to_end_rows(run):
-    rows = find(tables(run[0]), "End to end: MNIST MLP")
+@pytest.mark.parametrize("prefix", ["End to end: MNIST MLP", "End to end per CPU-second"])
+def test_end_to_end_rows(run, prefix):
+    rows = find(tables(run[0]), prefix)
     cluster, single = rows
     assert cluster[0].startswith("1 PS + 1 worker")
     check_ratio(number(cluster[1], 0), number(cluster[2], 0), cluster[4], 0)

@@ -49,6 +49,14 @@ std::string Load() {
   return one.empty() ? "unknown" : absl::StrCat(one, " ", five, " ", fifteen);
 }
 
+// What an earlier --out file says from a "## What limits it" heading on: notes written by hand
+// on the numbers, which a new run keeps (under its new tables) for someone to check against them.
+std::string KeptNotes(const std::string& path) {
+  const std::string old = bench::ReadFile(path);
+  const size_t at = old.find("\n## What limits it");
+  return at == std::string::npos ? "" : old.substr(at);
+}
+
 std::string Now() {
   char buf[64];
   const std::time_t t = std::time(nullptr);
@@ -128,8 +136,9 @@ int BenchCommand::Run(const std::string& self) const {
   std::cout << end;
   out += end;
   if (!out_.empty()) {
+    const std::string kept = KeptNotes(out_);
     std::ofstream f(out_);
-    f << out;
+    f << out << kept;
     if (!f) {
       std::cerr << "pstrain bench: error: cannot write " << out_ << "\n";
       return 1;
