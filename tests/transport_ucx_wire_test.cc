@@ -1,6 +1,6 @@
-// The UCX PS end against malformed requests sent as raw UCP active messages (ucx_wire.h): each
-// is answered INVALID_ARGUMENT naming what is wrong, nothing reaches the PS, and the server goes
-// on serving well-formed calls.
+// The UCX PS end against raw UCP active messages (ucx_wire.h): each malformed request is
+// answered INVALID_ARGUMENT naming what is wrong, nothing reaches the PS, and the server goes on
+// serving well-formed calls, also after a client vanished in the middle of one.
 #include <netdb.h>
 
 #include <cstring>
@@ -72,22 +72,30 @@ class RawClient {
 
   // `header` (WireRequest and whatever follows it) and `data`, as one request.
   absl::Status Send(const std::string& header, const std::string& data) {
-    answered_ = std::make_unique<absl::Notification>();
-    worker_->Run([&] {
-      ucp_request_param_t p = {};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-      ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmRequest, header.data(), header.size(),
-                                           data.data(), data.size(), &p);
-      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // eager: the data was copied
-    });
+    Start(header, data, UCP_AM_SEND_FLAG_EAGER);
     if (!answered_->WaitForNotificationWithTimeout(absl::Seconds(20))) {
       return absl::InternalError("no answer");
     }
     return answer_;
   }
+  // Starts sending `data` by rendezvous and returns at once; `data` must outlive the client.
+  void StartRendezvous(const std::string& header, const std::string& data) {
+    Start(header, data, UCP_AM_SEND_FLAG_RNDV);
+  }
 
  private:
+  void Start(const std::string& header, const std::string& data, uint32_t protocol) {
+    answered_ = std::make_unique<absl::Notification>();
+    worker_->Run([&] {
+      ucp_request_param_t p = {};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | protocol;
+      ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmRequest, header.data(), header.size(),
+                                           data.data(), data.size(), &p);
+      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // completes (or fails) on its own
+    });
+  }
+
   std::unique_ptr<UcxWorker> worker_;
   ucp_ep_h ep_ = nullptr;
   std::unique_ptr<absl::Notification> answered_;
@@ -145,6 +153,30 @@ TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
   absl::Status s = raw.Send(Header(WireMethod::kPush, head.size()), head + bytes);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 0.0f));
+}
+
+// A client that vanishes while the PS is fetching its push (its connection torn down mid
+// rendezvous): the PS drops that request, applies nothing of it, and serves the next client.
+TEST(UcxWire, AClientGoneMidPushLeavesThePsServing) {
+  LocalPs ps;
+  ASSERT_TRUE(ps.status.ok()) << ps.status;
+  const int64_t n = 4 << 20;
+  ps.Create("w", Tensor(std::vector<int64_t>{n}, 1.0f), 1.0);
+  const std::string head = PushHead(n);
+  const std::string data = head + std::string(n * 4, '\0');
+  {
+    RawClient raw(ps.ucx_server->address());
+    raw.StartRendezvous(Header(WireMethod::kPush, head.size()), data);
+  }  // closed by force at once
+  absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  std::vector<float> v(n);
+  PullResponse pulled;
+  absl::Status s = PullFloats(ch->get(), {"w"}, {&v}, &pulled);
+  ASSERT_TRUE(s.ok()) << s;
+  // Zero gradients: applied or not, the value stays; the version says which.
+  EXPECT_EQ(v, std::vector<float>(n, 1.0f));
+  EXPECT_LE(pulled.values(0).version(), 1u);
 }
 
 }  // namespace
