@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/slice.h"
@@ -239,6 +240,20 @@ TEST(ReadPushRequestTest, LyingLengthsAreRefusedWithoutAllocating) {
     PushRequest check;
     EXPECT_FALSE(check.ParseFromString(bytes));
   }
+}
+
+TEST(ReadPushRequestTest, StopsAtTheLimitOfGradientsPerRequest) {
+  // 65537 empty gradients, two bytes each: protobuf parses them, the PS would refuse them.
+  std::string bytes;
+  for (int i = 0; i <= kMaxVariablesPerRequest; ++i) bytes += std::string("\x12\x00", 2);
+  BufferPool pool;
+  PushPayload p;
+  const absl::Status s = ReadPushRequest(Buffer(bytes), "Push", &pool, &p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("more than 65536 gradients"));
+  PushPayload fine;  // one fewer is read
+  ASSERT_TRUE(ReadPushRequest(Buffer(bytes.substr(2)), "Push", &pool, &fine).ok());
+  EXPECT_EQ(fine.head.gradients_size(), kMaxVariablesPerRequest);
 }
 
 TEST(WritePullResponseTest, BytesAreWhatProtobufSerialises) {

@@ -95,6 +95,11 @@ class PushReader {
     Rest rest;
     std::deque<Fields> grads;  // a deque: a Rest must not move
     const bool ok = ReadFields(in_, kPushGradients, &rest, [&] {
+      // The PS refuses more anyway; stopping here bounds what a request of tiny gradients costs.
+      if (grads.size() >= static_cast<size_t>(kMaxVariablesPerRequest)) {
+        too_many_ = true;
+        return false;
+      }
       Fields& g = grads.emplace_back();
       out_->data.emplace_back();
       return ReadNested(in_, [&](int) {
@@ -116,6 +121,8 @@ class PushReader {
     }
     return true;
   }
+  // Whether Read failed for more than kMaxVariablesPerRequest gradients.
+  bool too_many() const { return too_many_; }
 
  private:
   // The data, last occurrence winning as for any singular field: in place when the current
@@ -143,6 +150,7 @@ class PushReader {
   CodedInputStream* const in_;
   BufferPool* const pool_;
   PushPayload* const out_;
+  bool too_many_ = false;  // more than kMaxVariablesPerRequest gradients
 };
 
 void AppendVarint(uint64_t v, std::string* out) {
@@ -180,7 +188,15 @@ absl::Status ReadPushRequest(const grpc::ByteBuffer& raw, absl::string_view meth
   CodedInputStream in(out->reader.get());
   // Lengths are checked against the limit, so it must be the message's end, not INT_MAX.
   in.PushLimit(static_cast<int>(bytes));
-  if (!PushReader(&in, pool, out).Read()) return bad();
+  PushReader reader(&in, pool, out);
+  if (!reader.Read()) {
+    if (reader.too_many()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(method, " request carries more than ", kMaxVariablesPerRequest,
+                       " gradients, over the limit of ", kMaxVariablesPerRequest, " per request"));
+    }
+    return bad();
+  }
   return absl::OkStatus();
 }
 

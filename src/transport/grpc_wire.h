@@ -32,8 +32,8 @@ struct PushPayload {
 
 // Reads `raw` into `out` (which must be fresh). InvalidArgument naming `method` for bytes that
 // protobuf would not parse as a PushRequest (truncated, a length past the end of what holds it,
-// a bad tag or wire type); nothing is allocated by a length before it is checked against the
-// bytes that are there.
+// a bad tag or wire type), or with more than kMaxVariablesPerRequest gradients; nothing is
+// allocated by a length before it is checked against the bytes that are there.
 absl::Status ReadPushRequest(const grpc::ByteBuffer& raw, absl::string_view method,
                              BufferPool* pool, PushPayload* out);
 
