@@ -1,10 +1,12 @@
 #include "transport/ucx_call.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/limits.h"
+#include "common/security.h"
 
 namespace pstrain {
 
@@ -49,6 +51,37 @@ absl::Status SplitTensorBytes(const PushRequest& head, const char* bytes, uint64
     return absl::InvalidArgumentError(absl::StrCat("the request carries ", size,
                                                    " tensor bytes; its ", head.gradients_size(),
                                                    " gradients need ", offset));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRequest(const void* header, size_t header_length, uint64_t length,
+                          WireRequest* wire) {
+  *wire = WireRequest();
+  if (header_length < sizeof(*wire)) {
+    return absl::InvalidArgumentError("a UCX request shorter than its header");
+  }
+  std::memcpy(wire, header, sizeof(*wire));
+  if (wire->magic != kWireMagic || header_length != sizeof(*wire) + wire->token_bytes) {
+    return absl::InvalidArgumentError("a UCX request with a malformed header");
+  }
+  const std::shared_ptr<const Security> security = GetSecurity();
+  if (!security->token.empty() &&
+      !TokenMatches(
+          absl::string_view(static_cast<const char*>(header) + sizeof(*wire), wire->token_bytes),
+          security->token)) {
+    return absl::UnauthenticatedError("the request lacks the job's token");
+  }
+  const auto method = static_cast<WireMethod>(wire->method);
+  if (method != WireMethod::kPush && method != WireMethod::kPull) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown UCX request method ", wire->method));
+  }
+  if (length > kMaxWireRequestBytes || wire->head_bytes > length ||
+      wire->head_bytes > kMaxWireHeadBytes ||
+      (method == WireMethod::kPull && length != wire->head_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("a UCX request of ", length,
+                                                   " bytes with a head of ", wire->head_bytes,
+                                                   " (at most ", kMaxWireRequestBytes, ")"));
   }
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "transport/transport.h"
+#include "transport/ucx_wire.h"
 
 namespace pstrain {
 
@@ -62,6 +63,13 @@ class BufferPool {
   absl::Mutex mu_;
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free_ ABSL_GUARDED_BY(mu_);
 };
+
+// Checks a request's header (UCP active-message header `header`, data of `length` bytes) and
+// fills `wire`: Unauthenticated without this process's job token (security.h TokenMatches);
+// InvalidArgument for a bad magic, an unknown method, or sizes past ucx_wire.h's limits. Before
+// anything of the data is received or allocated.
+absl::Status CheckRequest(const void* header, size_t header_length, uint64_t length,
+                          WireRequest* wire);
 
 // A fixed set of threads running what Run hands them, in order of arrival.
 class UcxThreadPool {

@@ -12,7 +12,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/security.h"
 #include "spdlog/spdlog.h"
 #include "transport/ucx.h"
 #include "transport/ucx_call.h"
@@ -214,32 +213,11 @@ ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const void* head
     return UCS_OK;
   };
   WireRequest wire;
-  if (header_length < sizeof(wire)) {
-    return refuse(0, absl::InvalidArgumentError("a UCX request shorter than its header"));
-  }
-  std::memcpy(&wire, header, sizeof(wire));
-  if (wire.magic != kWireMagic || header_length != sizeof(wire) + wire.token_bytes) {
-    return refuse(wire.id, absl::InvalidArgumentError("a UCX request with a malformed header"));
-  }
-  const std::shared_ptr<const Security> security = GetSecurity();
-  if (!security->token.empty() &&
-      !TokenMatches(
-          absl::string_view(static_cast<const char*>(header) + sizeof(wire), wire.token_bytes),
-          security->token)) {
-    spdlog::warn("UCX server {}: refused a request without the job's token", address_);
-    return refuse(wire.id, absl::UnauthenticatedError("the request lacks the job's token"));
-  }
-  const auto method = static_cast<WireMethod>(wire.method);
-  if (method != WireMethod::kPush && method != WireMethod::kPull) {
-    return refuse(wire.id, absl::InvalidArgumentError(
-                               absl::StrCat("unknown UCX request method ", wire.method)));
-  }
-  if (length > kMaxWireRequestBytes || wire.head_bytes > length ||
-      wire.head_bytes > kMaxWireHeadBytes ||
-      (method == WireMethod::kPull && length != wire.head_bytes)) {
-    return refuse(wire.id, absl::InvalidArgumentError(absl::StrCat(
-                               "a UCX request of ", length, " bytes with a head of ",
-                               wire.head_bytes, " (at most ", kMaxWireRequestBytes, ")")));
+  if (absl::Status s = CheckRequest(header, header_length, length, &wire); !s.ok()) {
+    if (absl::IsUnauthenticated(s)) {
+      spdlog::warn("UCX server {}: refused a request without the job's token", address_);
+    }
+    return refuse(wire.id, s);
   }
   auto call = std::make_unique<ServerCall>();
   call->server = this;
