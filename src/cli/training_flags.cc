@@ -52,6 +52,7 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--holdout", "--model", kBuiltIn},
       {"--bad_lines", "--model", kBuiltIn},
       {"--push_dtype", "--model", kBuiltIn},
+      {"--overlap_pull", "--model", kBuiltIn},
       {"--hidden", "--model", {"mlp", "wide_deep"}},
       {"--batch", "--model", kBuiltIn},
       {"--epochs", "--model", kBuiltIn},
@@ -165,6 +166,9 @@ void TrainingFlags::AddTo(CLI::App* app) {
                   "element type of pushed dense gradients on the wire: float32, float16 or "
                   "bfloat16 (half the bytes; the PS widens them and keeps float32)")
       ->capture_default_str();
+  app->add_flag("--overlap_pull", c.overlap_pull,
+                "async and ssp: pull the next step's values while this step computes and pushes "
+                "(faster; every gradient is then one step staler, in ssp one beyond --staleness)");
   app->add_option("--replicas_to_aggregate", c.replicas_to_aggregate,
                   "sync: gradients averaged per step; more workers are backups (0 = all)")
       ->capture_default_str();

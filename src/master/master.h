@@ -51,6 +51,7 @@ struct JobConfig {
   std::string placement = "greedy";  // greedy (by bytes) or round_robin
   bool stop_on_nonfinite = false;    // a NaN/Inf gradient stops the job; else skipped and counted
   DataType push_dtype = DT_FLOAT;    // dense gradients on the wire: float32, float16 or bfloat16
+  bool overlap_pull = false;         // async/ssp: pull step t+1 while step t computes and pushes
   int slow_worker = -1;              // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set

@@ -82,11 +82,12 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
     Fail(s);
     return Outcome::kStop;
   }
-  // Async and ssp: the next step's dense pull travels while this one computes and pushes (at
-  // the clock this worker will have then). Its values miss this step's gradients, so every
-  // step's gradients are one step staler than without the overlap (in ssp, one step beyond the
-  // staleness bound). Sync steps must read the step this push completes: no overlap.
-  if (!sync_) params_->Prefetch(ssp_ ? report_.steps() + 1 : 0);
+  // Async and ssp with overlap_pull: the next step's dense pull travels while this one computes
+  // and pushes (at the clock this worker will have then). Its values miss this step's
+  // gradients, so every step's gradients are one step staler than without the overlap (in ssp,
+  // one step beyond the staleness bound). Sync steps must read the step this push completes:
+  // no overlap.
+  if (!sync_ && spec_.overlap_pull()) params_->Prefetch(ssp_ ? report_.steps() + 1 : 0);
   const uint64_t step = params_->step();
   const bool queue = spec_.task_queue();
   if (sync_ && !queue && static_cast<int64_t>(step) >= spec_.total_steps()) {

@@ -70,9 +70,9 @@ std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed);
 // for spec.epochs over `data` (this worker's shard, checked by ValidateSpec and CheckShard) or,
 // in sync mode, until the global step reaches spec.total_steps: per step the keys the batch
 // touches, a pull of the dense parameters and a lookup of the table rows (in parallel), forward
-// and backward, a push of both gradients (dense ones as spec.push_dtype). In async and ssp mode
-// the dense pull of step t+1 is in flight while step t computes and pushes, so gradients are
-// computed from values one step staler than in that order. Reports every spec.report_every
+// and backward, a push of both gradients (dense ones as spec.push_dtype). With
+// spec.overlap_pull (async and ssp) the dense pull of step t+1 is in flight while step t
+// computes and pushes, so gradients are computed from values one step staler than in that order. Reports every spec.report_every
 // steps and once at the end (done or error).
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options);
 
