@@ -228,8 +228,8 @@ TEST_P(TransportSuite, SspHoldsAWorkerTooFarAhead) {
   EXPECT_EQ(ps_testing::Stats(ps.ps()).max_clock_gap(), 1);
 }
 
-// The integrator adds "ucx" here once that transport is built.
-INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite, ::testing::Values("grpc"),
+// Every transport of src/transport.
+INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite, ::testing::Values("grpc", "ucx"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -86,38 +86,6 @@ absl::Status CheckRequest(const void* header, size_t header_length, uint64_t len
   return absl::OkStatus();
 }
 
-BufferPool::Buffer BufferPool::Take(size_t size) {
-  {
-    absl::MutexLock lock(&mu_);
-    // The smallest kept buffer that fits and is not much larger.
-    int best = -1;
-    for (size_t i = 0; i < free_.size(); ++i) {
-      const size_t c = free_[i].first;
-      if (c >= size && c <= 2 * size + 4096 && (best < 0 || c < free_[best].first)) best = i;
-    }
-    if (best >= 0) {
-      auto [capacity, data] = std::move(free_[best]);
-      free_.erase(free_.begin() + best);
-      return Buffer(this, std::move(data), capacity);
-    }
-  }
-  const size_t capacity = size == 0 ? 1 : size;
-  return Buffer(this, std::unique_ptr<char[]>(new char[capacity]), capacity);
-}
-
-void BufferPool::Give(std::unique_ptr<char[]> data, size_t capacity) {
-  absl::MutexLock lock(&mu_);
-  if (free_.size() == kKept) {  // drop the smallest: large ones are the costly ones to remake
-    size_t smallest = 0;
-    for (size_t i = 1; i < free_.size(); ++i) {
-      if (free_[i].first < free_[smallest].first) smallest = i;
-    }
-    if (free_[smallest].first >= capacity) return;
-    free_.erase(free_.begin() + smallest);
-  }
-  free_.emplace_back(capacity, std::move(data));
-}
-
 UcxThreadPool::UcxThreadPool(int threads) {
   for (int i = 0; i < threads; ++i) {
     threads_.emplace_back([this] {

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "transport/buffer_pool.h"
 #include "transport/ucx.h"
 #include "transport/ucx_call.h"
 #include "transport/ucx_wire.h"
@@ -82,7 +83,6 @@ class UcxServerImpl final : public UcxServer {
 
   DataHandler* const handler_;
   std::unique_ptr<UcxWorker> worker_;
-  BufferPool pool_buffers_;  // before pool_: calls in its threads still return buffers
   UcxThreadPool pool_;
   ucp_listener_h listener_ = nullptr;
   std::string address_;
@@ -224,7 +224,7 @@ ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const void* head
   call->conn = std::move(conn);
   call->wire = wire;
   call->size = length;
-  call->data = pool_buffers_.Take(length);
+  call->data = BufferPool::Shared().Get(static_cast<int64_t>(length));
   ++in_flight_;
   if (!rndv) {
     std::memcpy(call->data.data(), data, length);
@@ -256,7 +256,7 @@ ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const void* head
 
 void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
   ServerCall* call = c.release();
-  const char* head = call->data.data();
+  const char* head = static_cast<const char*>(call->data.data());
   if (static_cast<WireMethod>(call->wire.method) == WireMethod::kPull) {
     if (!call->pull.ParseFromArray(head, call->wire.head_bytes)) {
       return Finish(call,
@@ -273,7 +273,7 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
             if (i < 0 || i >= static_cast<int>(call->values.size()) || n < 0) {
               return absl::InternalError(absl::StrCat("pull sink index ", i, " out of range"));
             }
-            call->values[i] = call->server->pool_buffers_.Take(n * sizeof(float));
+            call->values[i] = BufferPool::Shared().Get(static_cast<int64_t>(n * sizeof(float)));
             std::memcpy(call->values[i].data(), v, n * sizeof(float));
             call->counts[i] = n;
             return absl::OkStatus();
