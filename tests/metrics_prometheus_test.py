@@ -26,8 +26,8 @@ from pstrain_pytest_cluster import Cluster, free_ports, wait_for  # noqa: E402
 PROMETHEUS = "/usr/bin/prometheus"
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 LINGER_S = 4
-# 3 epochs of a small MLP: long enough (about 10 s on an idle machine) for a few scrapes.
-CHIEF_FLAGS = ["--data", os.path.join(SOURCE_DIR, "data", "mnist"), "--epochs", "3",
+# 10 epochs of a small MLP: long enough (about 13 s on an idle machine) for a few scrapes.
+CHIEF_FLAGS = ["--data", os.path.join(SOURCE_DIR, "data", "mnist"), "--epochs", "10",
                "--batch", "32", "--hidden", "16"]
 # The chief's result fields that are the PS counters summed over the PS, and their metrics.
 SUMMED = {"updates_applied": "pstrain_ps_updates_applied_total",

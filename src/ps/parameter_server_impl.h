@@ -162,7 +162,7 @@ class ParameterServerImpl final : public ParameterServer {
   using ParameterServer::PullAsync;
   using ParameterServer::Push;
   void PullAsync(const PullRequest& req, PullResponse* resp, DataHandler::PullSink sink,
-                 std::function<void(absl::Status)> done) override;
+                 int64_t max_bytes, std::function<void(absl::Status)> done) override;
   absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
                     PushResponse* resp) override;
   absl::StatusOr<int64_t> VariableBytes(const std::string& name) override;

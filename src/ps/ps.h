@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/limits.h"
 #include "grpcpp/grpcpp.h"
 #include "ps.grpc.pb.h"
 #include "transport/transport.h"
@@ -73,12 +74,17 @@ class ParameterServer {
   // With a `sink` (the data plane, transport/transport.h), value i's floats are given to
   // sink(i, values, count) under its variable's lock instead of being copied into `resp`, whose
   // values then carry name, version, dtype and shape and no data; a sink's error ends the pull
-  // with it.
+  // with it. The values may add up to `max_bytes` (ResourceExhausted past it, before anything
+  // is copied): kMaxPayloadBytes for one message, kMaxTensorBytes for a transport that streams.
   virtual void PullAsync(const PullRequest& req, PullResponse* resp, DataHandler::PullSink sink,
-                         std::function<void(absl::Status)> done) = 0;
+                         int64_t max_bytes, std::function<void(absl::Status)> done) = 0;
+  void PullAsync(const PullRequest& req, PullResponse* resp, DataHandler::PullSink sink,
+                 std::function<void(absl::Status)> done) {
+    PullAsync(req, resp, std::move(sink), kMaxTensorBytes, std::move(done));
+  }
   void PullAsync(const PullRequest& req, PullResponse* resp,
                  std::function<void(absl::Status)> done) {
-    PullAsync(req, resp, nullptr, std::move(done));
+    PullAsync(req, resp, nullptr, kMaxPayloadBytes, std::move(done));
   }
   // PullAsync, waiting for `done`.
   absl::Status Pull(const PullRequest& req, PullResponse* resp);

@@ -131,13 +131,10 @@ std::string ParameterServerImpl::SyncWaitReason(const std::vector<VariablePtr>& 
 }
 
 void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
-                                    DataHandler::PullSink sink,
+                                    DataHandler::PullSink sink, int64_t max_bytes,
                                     std::function<void(absl::Status)> done) {
   resp->Clear();
   auto vars = std::make_shared<std::vector<VariablePtr>>();
-  // With a sink the values do not travel in `resp`: the transport bounds its own messages (the
-  // gRPC one streams what passes one message), and a pull is then bounded as a tensor is.
-  const int64_t max_bytes = sink ? kMaxTensorBytes : kMaxPayloadBytes;
   if (absl::Status s = ValidatePull(req, vars.get(), max_bytes); !s.ok()) return done(s);
   const Mode mode = consistency_.mode();
   const uint64_t min_version = req.min_version();

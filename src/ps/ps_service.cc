@@ -107,7 +107,9 @@ class ParameterServerServiceImpl final : public Base {
         if (bytes > 0) std::memcpy(call->data[i].data(), values, bytes);
         return absl::OkStatus();
       };
-      ps_->PullAsync(call->req, &call->resp, std::move(sink),
+      // One message: a pull past it is refused before anything is copied (the client splits
+      // its pulls, and streams a shard that passes one message).
+      ps_->PullAsync(call->req, &call->resp, std::move(sink), kMaxPayloadBytes,
                      [call, resp, finish = std::move(finish)](absl::Status s) {
                        if (s.ok())
                          s = WritePullResponse(call->resp, std::move(call->data), "Pull", resp);

@@ -72,8 +72,8 @@ std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed);
 // touches, a pull of the dense parameters and a lookup of the table rows (in parallel), forward
 // and backward, a push of both gradients (dense ones as spec.push_dtype). With
 // spec.overlap_pull (async and ssp) the dense pull of step t+1 is in flight while step t
-// computes and pushes, so gradients are computed from values one step staler than in that order. Reports every spec.report_every
-// steps and once at the end (done or error).
+// computes and pushes, so gradients are computed from values one step staler than in that order.
+// Reports every spec.report_every steps and once at the end (done or error).
 void Train(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options);
 
 }  // namespace pstrain
