@@ -81,7 +81,7 @@ def start_job(c, port):
         for i in range(2):
             c.start_process("%s%d" % (job, i), base, c.env(job, i, token))
     chief = base + ["--data", MNIST, "--model", "mlp", "--hidden", "64", "--epochs", "1",
-                    "--batch", "32", "--slow_worker", "1", "--slow_worker_delay_ms", "20",
+                    "--batch", "32", "--slow_worker", "1", "--slow_worker_delay_ms", "40",
                     "--metrics_port", str(port), "--metrics_linger", "5",
                     # fixed shards: the slow worker's shard keeps the job running while the
                     # page is loaded twice (the task queue would give its work to the other)

@@ -276,25 +276,23 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* raw, absl::Span<const MutableB
 
 namespace {
 
-// One call in flight: its context, buffers and outcome. Deleted, after `done` runs, once the
-// call completed and gRPC dropped every slice over the caller's bytes (`refs`: one for the
-// call, one per such slice), so those bytes stay valid until `done` as the contract says.
+// One call in flight: its context, buffers and outcome. `done` runs when the call completes:
+// gRPC reads no byte of a finished call's request after that. Deleted once gRPC also dropped
+// every slice over the caller's bytes (`refs`: one for the call, one per such slice). A call
+// that failed before its request was sent (a PS killed mid-write) keeps those slices until its
+// gRPC call is destroyed, which the context's destruction (in the completion) allows, so `done`
+// must not wait for them.
 struct Call {
-  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
   grpc::ByteBuffer request, response;
   CallCanceller* canceller = nullptr;
   DoneFn done;
-  absl::Status status;
   std::atomic<int> refs{1};
 };
 
 void Unref(void* p) {
   Call* c = static_cast<Call*>(p);
-  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  DoneFn done = std::move(c->done);
-  absl::Status status = std::move(c->status);
-  delete c;
-  done(std::move(status));
+  if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete c;
 }
 
 int64_t TotalBytes(const auto& buffers) {
@@ -360,26 +358,29 @@ class GrpcDataChannel final : public DataChannel {
     static const std::string* const kPush = new std::string("/pstrain.ParameterServerService/Push");
     static const std::string* const kPull = new std::string("/pstrain.ParameterServerService/Pull");
     if (options.deadline != absl::InfiniteFuture()) {
-      c->ctx.set_deadline(absl::ToChronoTime(options.deadline));
+      c->ctx->set_deadline(absl::ToChronoTime(options.deadline));
     }
-    c->ctx.set_wait_for_ready(options.wait_for_ready);
+    c->ctx->set_wait_for_ready(options.wait_for_ready);
     if (options.canceller != nullptr) {
       c->canceller = options.canceller;
-      c->canceller->Add(&c->ctx);
+      c->canceller->Add(c->ctx.get());
     }
     const std::string& method = std::string_view(what) == "Push" ? *kPush : *kPull;
-    stub_.UnaryCall(&c->ctx, method, grpc::StubOptions(), &c->request, &c->response,
+    stub_.UnaryCall(c->ctx.get(), method, grpc::StubOptions(), &c->request, &c->response,
                     [peer = peer_, c, what, finish = std::move(finish)](grpc::Status gs) {
-                      if (c->canceller != nullptr) c->canceller->Remove(&c->ctx);
+                      if (c->canceller != nullptr) c->canceller->Remove(c->ctx.get());
                       absl::Status s = FromGrpcStatus(gs, what, *peer);
                       if (s.ok()) s = finish();
                       if (!s.ok() && gs.ok()) {
                         s = absl::Status(s.code(),
                                          absl::StrCat(what, " at ", *peer, ": ", s.message()));
                       }
-                      c->status = std::move(s);
                       c->request.Clear();  // drops this call's references to the slices
+                      // Lets gRPC destroy the call, and with it the slices a failed send holds.
+                      c->ctx.reset();
+                      DoneFn done = std::move(c->done);
                       Unref(c);
+                      done(std::move(s));
                     });
   }
 
