@@ -139,14 +139,28 @@ absl::Status Malformed() {
   return absl::DataLossError("the response is truncated or does not parse as a PullResponse");
 }
 
-// Reads a TensorProto of `length` bytes: dtype and shape into `t`, data into `dest` once its
-// length was checked against dest.size.
-absl::Status ReadTensor(CodedInputStream* in, const MutableBytes& dest, TensorProto* t,
-                        ValueRead* read) {
+// Reads a length-delimited message: `field(tag)` reads each field it knows and says whether it
+// knew it (true) or not (false: skipped), or what is wrong.
+template <typename Field>
+absl::Status ReadMessage(CodedInputStream* in, Field field) {
   uint32_t length = 0;
   if (!in->ReadVarint32(&length)) return Malformed();
   const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
   while (const uint32_t tag = in->ReadTag()) {
+    absl::StatusOr<bool> known = field(tag);
+    if (!known.ok()) return known.status();
+    if (!*known && !WireFormatLite::SkipField(in, tag)) return Malformed();
+  }
+  if (!in->ConsumedEntireMessage()) return Malformed();
+  in->PopLimit(limit);
+  return absl::OkStatus();
+}
+
+// Reads a TensorProto: dtype and shape into `t`, data into `dest` once its length was checked
+// against dest.size.
+absl::Status ReadTensor(CodedInputStream* in, const MutableBytes& dest, TensorProto* t,
+                        ValueRead* read) {
+  return ReadMessage(in, [&](uint32_t tag) -> absl::StatusOr<bool> {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire = WireFormatLite::GetTagWireType(tag);
     uint64_t x = 0;
@@ -174,21 +188,16 @@ absl::Status ReadTensor(CodedInputStream* in, const MutableBytes& dest, TensorPr
       }
       if (n > 0 && !in->ReadRaw(dest.data, static_cast<int>(n))) return Malformed();
       read->data_bytes = n;
-    } else if (!WireFormatLite::SkipField(in, tag)) {
-      return Malformed();
+    } else {
+      return false;
     }
-  }
-  if (!in->ConsumedEntireMessage()) return Malformed();
-  in->PopLimit(limit);
-  return absl::OkStatus();
+    return true;
+  });
 }
 
 absl::Status ReadValue(CodedInputStream* in, const MutableBytes& dest, VariableValue* v,
                        ValueRead* read) {
-  uint32_t length = 0;
-  if (!in->ReadVarint32(&length)) return Malformed();
-  const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
-  while (const uint32_t tag = in->ReadTag()) {
+  return ReadMessage(in, [&](uint32_t tag) -> absl::StatusOr<bool> {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire = WireFormatLite::GetTagWireType(tag);
     if (field == VariableValue::kNameFieldNumber && wire == kLengthDelimited) {
@@ -199,13 +208,11 @@ absl::Status ReadValue(CodedInputStream* in, const MutableBytes& dest, VariableV
       v->set_version(x);
     } else if (field == VariableValue::kValueFieldNumber && wire == kLengthDelimited) {
       if (absl::Status s = ReadTensor(in, dest, v->mutable_value(), read); !s.ok()) return s;
-    } else if (!WireFormatLite::SkipField(in, tag)) {
-      return Malformed();
+    } else {
+      return false;
     }
-  }
-  if (!in->ConsumedEntireMessage()) return Malformed();
-  in->PopLimit(limit);
-  return absl::OkStatus();
+    return true;
+  });
 }
 
 // What is wrong with value `v` read into `dest`, if anything.
