@@ -1,8 +1,9 @@
 // Recovery in a whole cluster of real processes (2 PS, 2 workers, MNIST, async and sync;
 // docs/recovery.md): the test SIGKILLs a PS and starts it again on the same address, and the
 // chief rolls the job back to its latest checkpoint; or it SIGKILLs the chief and starts it
-// again with --resume and --restarted, and the new chief resumes from the checkpoint. Either
-// way the job finishes, every task of every epoch applied exactly once by the ledger and by
+// again with --resume and --restarted, and the new chief resumes from the checkpoint; or a PS
+// restarts while the chief evaluates the finished job, which rolls back and evaluates again.
+// Each way the job finishes, every task of every epoch applied exactly once by the ledger and by
 // every shard's watermarks, one failure survived. CTest label: fault.
 #include <signal.h>
 
@@ -107,6 +108,30 @@ TEST_P(RecoveryFaultTest, APsKilledAndRestartedRollsTheJobBackToItsCheckpoint) {
   EXPECT_EQ(j["rollbacks"], 1) << j.dump();
   EXPECT_EQ(j["chief_restarts"], 0) << j.dump();
   EXPECT_THAT(ReadFile(chief.err_path), HasSubstr("rollback: ps:1"));
+}
+
+// The PS dies after the last task, while the chief finishes the job (its final checkpoint is
+// saved; the evaluation is held back by --eval_delay_ms): the restarted PS holds nothing, so the
+// chief rolls back to that checkpoint, whose ledger is complete, and evaluates again.
+TEST_P(RecoveryFaultTest, APsRestartedWhileTheChiefEvaluatesIsRolledBackAndEvaluatedAgain) {
+  Proc chief = StartTagged(
+      Server("chief", 0, ChiefFlags({"--checkpoint_dir", ckpt_, "--eval_delay_ms=2000"})));
+  Proc ps0 = StartTagged(Server("ps", 0));
+  Proc ps1 = StartTagged(Server("ps", 1));
+  Proc w0 = StartTagged(Server("worker", 0));
+  Proc w1 = StartTagged(Server("worker", 1));
+  WaitForText(chief.err_path, "the evaluation waits", 120);
+  kill(ps1.pid, SIGKILL);
+  EXPECT_EQ(Wait(ps1, 10).exit_code, 128 + SIGKILL);
+  Proc ps1b = StartTagged(Server("ps", 1));
+  nlohmann::json j = Finish(chief, {ps0, ps1b, w0, w1});
+  ExpectRecovered(j);
+  EXPECT_EQ(j["rollbacks"], 1) << j.dump();
+  EXPECT_EQ(j["tasks_redone"], 0) << j.dump();
+  EXPECT_GT(j["examples"].get<int64_t>(), 0) << j.dump();
+  const std::string err = ReadFile(chief.err_path);
+  EXPECT_THAT(err, HasSubstr("the job's end failed"));
+  EXPECT_THAT(err, HasSubstr("rollback: ps:1"));
 }
 
 TEST_P(RecoveryFaultTest, AChiefKilledAndRestartedResumesFromItsCheckpoint) {

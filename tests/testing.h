@@ -206,9 +206,9 @@ class ProcessTest : public ::testing::Test {
       GTEST_FAIL() << "MNIST is missing under " << MnistDir() << ": run scripts/setup.sh";
     }
   }
-  // Waits up to 30 s until the file at `path` contains `text`.
-  static void WaitForText(const std::string& path, const std::string& text) {
-    for (int i = 0; i < 600 && ReadFile(path).find(text) == std::string::npos; ++i) {
+  // Waits up to `timeout_s` until the file at `path` contains `text`.
+  static void WaitForText(const std::string& path, const std::string& text, double timeout_s = 30) {
+    for (int i = 0; i < timeout_s * 20 && ReadFile(path).find(text) == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

@@ -247,6 +247,8 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--slow_worker", c.slow_worker, "testing: index of a worker made slow");
   app->add_option("--slow_worker_delay_ms", c.slow_worker_delay_ms,
                   "testing: its delay before each step");
+  app->add_option("--eval_delay_ms", c.eval_delay_ms,
+                  "testing: the chief's delay before the final evaluation");
   const std::vector<CLI::Option*> all = app->get_options();
   options_.assign(all.begin() + before, all.end());
 }

@@ -76,27 +76,69 @@ absl::StatusOr<JobResult> Job::Run() {
     result.model = config_.model;
     if (absl::Status s = StartWorkers(&result.bad_lines_skipped); !s.ok()) return s;
   }
-  if (absl::Status s = WaitForWorkers(start, &result); !s.ok()) return s;
-  if (checkpoints_ != nullptr) checkpoints_->SaveAndWait().IgnoreError();  // logged
-  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  result.examples_per_sec = result.examples / std::max(result.seconds, 1e-9);
-  result.num_ps = static_cast<int>(ps_.size());
-  result.num_workers = static_cast<int>(workers_.size());
-  if (absl::Status s = CollectStats(&result); !s.ok()) return s;
-  if (Recovery()) LedgerTotals(&result);
-  if (model_job_ != nullptr) {
-    // Every update touches every shard once: updates per shard are the global steps (the
-    // PS count a table's updates too: then the workers' count stands).
-    const int64_t shards = placer_->NumShards();
-    if (shards > 0 && result.tables.empty()) {
-      result.global_step = result.ps_stats.updates_applied() / shards;
+  absl::Time alive_since = start;
+  while (true) {
+    JobResult trained = result;
+    if (absl::Status s = WaitForWorkers(start, alive_since, &trained); !s.ok()) return s;
+    // A run after a final rollback that redid nothing keeps the counts of the run before.
+    if (trained.steps > 0 || result.steps == 0) result = trained;
+    JobResult finished = result;
+    const absl::Status s = Finish(start, &finished);
+    std::optional<std::string> reason = FinalRollback(s);
+    if (!reason) {
+      if (!s.ok()) return s;
+      return finished;
     }
-    status_->SetState("evaluating");
-    if (absl::Status s = Evaluate(&result); !s.ok()) return s;
-  } else {
-    WarnIfUnbalanced();
+    std::vector<absl::Time> alive(workers_.size());
+    if (absl::Status r = Rollback(*reason, &alive); !r.ok()) return r;
+    alive_since = absl::Now();
   }
-  return result;
+}
+
+absl::Status Job::Finish(absl::Time start, JobResult* result) {
+  if (checkpoints_ != nullptr) checkpoints_->SaveAndWait().IgnoreError();  // logged
+  result->seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result->examples_per_sec = result->examples / std::max(result->seconds, 1e-9);
+  result->num_ps = static_cast<int>(ps_.size());
+  result->num_workers = static_cast<int>(workers_.size());
+  if (absl::Status s = CollectStats(result); !s.ok()) return s;
+  if (Recovery()) LedgerTotals(result);
+  if (model_job_ == nullptr) {
+    WarnIfUnbalanced();
+    return absl::OkStatus();
+  }
+  // Every update touches every shard once: updates per shard are the global steps (the PS
+  // count a table's updates too: then the workers' count stands).
+  const int64_t shards = placer_->NumShards();
+  if (shards > 0 && result->tables.empty()) {
+    result->global_step = result->ps_stats.updates_applied() / shards;
+  }
+  status_->SetState("evaluating");
+  if (config_.eval_delay_ms > 0) {
+    spdlog::info("the evaluation waits {} ms (--eval_delay_ms)", config_.eval_delay_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(config_.eval_delay_ms));
+  }
+  return Evaluate(result);
+}
+
+std::optional<std::string> Job::FinalRollback(const absl::Status& finished) {
+  // A PS restarted after the last task holds nothing: its pulls fail with NOT_FOUND, or while
+  // it is down with UNAVAILABLE or a deadline. Any other error is the job's.
+  if (!Recovery() || finished.ok() ||
+      !(absl::IsNotFound(finished) || absl::IsUnavailable(finished) ||
+        absl::IsDeadlineExceeded(finished))) {
+    return std::nullopt;
+  }
+  spdlog::warn(
+      "the job's end failed ({}); a restarted task is waited for up to {} "
+      "(--task_timeout)",
+      std::string(finished.message()), absl::FormatDuration(config_.task_timeout));
+  const absl::Time deadline = absl::Now() + config_.task_timeout;
+  while (absl::Now() < deadline && !coordinator_->AbortReason()) {
+    if (std::optional<std::string> r = coordinator_->RollbackReason()) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
 }
 
 void Job::ShutdownTasks(const std::string& reason, bool job_succeeded) {

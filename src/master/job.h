@@ -93,6 +93,12 @@ class Job {
  private:
   // The chief as sender of this generation's requests.
   Sender Chief() const;
+  // After the workers: the final checkpoint, the PS's counters, the ledger's totals and the
+  // evaluation into *result.
+  absl::Status Finish(absl::Time start, JobResult* result);
+  // With recovery, a job's end that failed as a restarted PS makes it fail: the reason to roll
+  // back once that PS registers (waited for up to --task_timeout); else none.
+  std::optional<std::string> FinalRollback(const absl::Status& finished);
   bool Recovery() const { return task_rows_ > 0; }
 
   // ---- job_recovery.cc ----
@@ -133,7 +139,9 @@ class Job {
   // Starts every live worker on this generation; *bad_lines_skipped sums the lines they skipped.
   absl::Status StartWorkers(int64_t* bad_lines_skipped);
   absl::Status StartWorker(size_t t, StartTrainingResponse* resp);
-  absl::Status WaitForWorkers(absl::Time start, JobResult* result);
+  // Until every worker is done (the ledger finished, with the task queue); a worker is counted
+  // as heard from at `alive_since` (the start, or the end of a rollback).
+  absl::Status WaitForWorkers(absl::Time start, absl::Time alive_since, JobResult* result);
   bool TasksDone(const std::vector<WorkerProgress>& progress) const;
   absl::Status CheckLedgerMoves(const std::vector<WorkerProgress>& progress, absl::Time now,
                                 absl::Time* done_since) const;

@@ -109,6 +109,9 @@ absl::Status JobConfig::Validate() const {
   if (slow_worker_delay_ms < 0) {
     return Bad("--slow_worker_delay_ms ", slow_worker_delay_ms, " must be non-negative");
   }
+  if (eval_delay_ms < 0) {
+    return Bad("--eval_delay_ms ", eval_delay_ms, " must be non-negative");
+  }
   const std::pair<const char*, absl::Duration> timeouts[] = {
       {"--connect_timeout", register_timeout},
       {"--task_timeout", task_timeout},

@@ -152,12 +152,12 @@ absl::Status Job::StartWorker(size_t t, StartTrainingResponse* resp) {
       [&](grpc::ClientContext* ctx) { return workers_[t]->StartTraining(ctx, req, resp); });
 }
 
-absl::Status Job::WaitForWorkers(absl::Time start, JobResult* result) {
+absl::Status Job::WaitForWorkers(absl::Time start, absl::Time alive_since, JobResult* result) {
   absl::Time last_line = absl::InfinitePast();
   absl::Time last_pass = absl::Now();
   // Per worker: the latest time it is known not to be silent (started, or seen at a barrier,
   // or the chief itself just resumed).
-  std::vector<absl::Time> alive(workers_.size(), start);
+  std::vector<absl::Time> alive(workers_.size(), alive_since);
   absl::Time done_since = absl::InfiniteFuture();
   result->total_steps = model_job_ != nullptr ? GlobalSteps() : 0;
   while (true) {
