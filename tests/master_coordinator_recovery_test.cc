@@ -90,6 +90,38 @@ TEST(CoordinatorRecoveryTest, BeginGenerationRewindsToTheCheckpointsLedger) {
   EXPECT_EQ(c.LedgerCheck(), "");
 }
 
+// A restarted chief: the runs of the chief before it (generations up to 4 on the PS) end as
+// runs of another generation, before it starts its own and after.
+TEST(CoordinatorRecoveryTest, ARestartedChiefRefusesTheOldRunsAsAnotherGeneration) {
+  Coordinator c({"127.0.0.1:2"}, 1, absl::Milliseconds(20));
+  c.SetMode("async");
+  ASSERT_TRUE(Register(c, Task("ps", 0, 50)).ok());
+  ASSERT_TRUE(Register(c, Task("worker", 0, 7)).ok());
+  const Sender old_run = Task("worker", 0, 7, 1);
+  // Starting: no task queue yet. The worker's run must end quietly, not fail the job.
+  for (const absl::Status& st : {Next(c, old_run).status(), Done(c, old_run, TaskAssignment())}) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+    EXPECT_THAT(st.message(), HasSubstr("of generation 1"));
+    EXPECT_THAT(st.message(), HasSubstr("runs no generation yet"));
+  }
+  ASSERT_TRUE(c.EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
+  ASSERT_THAT(c.BeginGeneration(nullptr, 4), absl::StatusOr<uint64_t>(5));
+  c.SetReady();
+  EXPECT_THAT(Next(c, old_run).status().message(), HasSubstr("the chief runs generation 5"));
+  EXPECT_TRUE(Next(c, Task("worker", 0, 7, 5)).ok());
+}
+
+// Without the task queue a ready job says so.
+TEST(CoordinatorRecoveryTest, TaskCallsWithoutTheTaskQueueAreRefused) {
+  Coordinator c({"127.0.0.1:2"}, 1, absl::Milliseconds(20));
+  ASSERT_TRUE(Register(c, Task("ps", 0, 50)).ok());
+  ASSERT_TRUE(Register(c, Task("worker", 0, 7)).ok());
+  c.SetReady();
+  const absl::Status st = Next(c, Task("worker", 0, 7)).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("this job has no task queue"));
+}
+
 TEST(CoordinatorRecoveryTest, WorkOfAnotherGenerationIsRefusedAndHeartbeatsAreAnswered) {
   Coordinator c({"127.0.0.1:2"}, 1, absl::Milliseconds(20));
   Start(c, 1);

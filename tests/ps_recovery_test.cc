@@ -129,8 +129,8 @@ TEST_F(PsRecoveryTest, WatermarksGoThroughACheckpointAndImport) {
   EXPECT_EQ(GetStats().duplicates_dropped(), 2);
 }
 
-// Reset drops everything (waiting pulls end FailedPrecondition, naming the generation); Configure
-// and the creates work again.
+// Reset drops everything (waiting pulls end FailedPrecondition, naming the generation) and says
+// which generation it ended; Configure and the creates work again.
 TEST_F(PsRecoveryTest, ResetBringsThePsBackToAFreshStart) {
   ConfigureRequest config = Config("sync", 2, 2, 0, 30, {});
   config.set_generation(1);
@@ -156,7 +156,9 @@ TEST_F(PsRecoveryTest, ResetBringsThePsBackToAFreshStart) {
   EXPECT_TRUE(absl::IsPermissionDenied(ps_->Call(&Stub::Reset, reset, &reset_resp)));
   *reset.mutable_sender() = From("chief", 0, 5);
   EXPECT_TRUE(absl::IsPermissionDenied(ps_->Call(&Stub::Reset, reset, &reset_resp)));
-  ASSERT_TRUE(ps_->AsChief(&Stub::Reset, ResetRequest()).ok());
+  *reset.mutable_sender() = Chief();
+  ASSERT_TRUE(ps_->Call(&Stub::Reset, reset, &reset_resp).ok());
+  EXPECT_EQ(reset_resp.generation(), 1u) << "the generation the reset ended";
   pull.join();
   EXPECT_TRUE(absl::IsFailedPrecondition(waited)) << waited;
   EXPECT_THAT(waited.message(), HasSubstr("reset"));

@@ -152,7 +152,8 @@ class Coordinator {
   // without the task queue; InvalidArgument for a ledger of another shape (nothing changes).
   // The failures of the first generation's ledger (a restarted chief's checkpoint) are carried
   // on; a later rollback's checkpoint holds older counts, so those are not taken.
-  absl::StatusOr<uint64_t> BeginGeneration(const nlohmann::json& ledger);
+  // The new generation is above `above` too (the generations the PS ran for a chief before).
+  absl::StatusOr<uint64_t> BeginGeneration(const nlohmann::json& ledger, uint64_t above = 0);
   uint64_t generation() const;
   // The PS as registered (with their incarnations), by task.
   std::vector<Sender> PsTasks() const;
@@ -205,6 +206,10 @@ class Coordinator {
   absl::Status CheckWorkerTask(const Sender& s, const std::string& what) const;
   // OK before the first generation or for a sender of the current one; `what` names the call.
   absl::Status CheckGeneration(const Sender& s, const std::string& what) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // NextTask or TaskDone (`what`) without a task queue: FailedPrecondition; before the job is
+  // ready, as one of another generation (a run of the chief before a restarted one).
+  absl::Status NoTaskQueue(const Sender& s, const std::string& what) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Records why a rollback is needed (the first reason stands until BeginGeneration).
   void AskRollback(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

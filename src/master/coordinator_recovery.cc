@@ -51,7 +51,8 @@ absl::Status Coordinator::CheckGeneration(const Sender& s, const std::string& wh
       absl::StrCat(from, "generation ", s.generation(), " was rolled back; ", runs));
 }
 
-absl::StatusOr<uint64_t> Coordinator::BeginGeneration(const nlohmann::json& ledger) {
+absl::StatusOr<uint64_t> Coordinator::BeginGeneration(const nlohmann::json& ledger,
+                                                      uint64_t above) {
   absl::MutexLock lock(&mu_);
   if (!ledger_) return absl::FailedPreconditionError("BeginGeneration: this job has no task queue");
   absl::StatusOr<TaskLedger> next = ledger.is_null()
@@ -69,7 +70,7 @@ absl::StatusOr<uint64_t> Coordinator::BeginGeneration(const nlohmann::json& ledg
   SyncFailures();
   for (WorkerProgress& p : progress_) p.done = false;
   rollback_reason_.reset();
-  ++generation_;
+  generation_ = std::max(generation_, above) + 1;
   spdlog::info("generation {} starts, from {}", generation_,
                ledger.is_null() ? std::string("a fresh ledger")
                                 : absl::StrCat("a ledger of ", ledger_->applied(), " of ",

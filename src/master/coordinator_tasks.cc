@@ -1,6 +1,7 @@
 // The Coordinator's task queue: EnableTasks and the NextTask, TaskDone and Heartbeat calls, over
 // a TaskLedger held under the Coordinator's lock.
 #include "absl/strings/str_cat.h"
+#include "common/rpc.h"
 #include "master/coordinator.h"
 
 namespace pstrain {
@@ -40,12 +41,22 @@ absl::Status Coordinator::EnableTasks(const LedgerShape& shape, absl::Duration h
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::NoTaskQueue(const Sender& s, const std::string& what) const {
+  if (ready_)
+    return absl::FailedPreconditionError(absl::StrCat(what, ": this job has no task queue"));
+  // A worker's run for a chief that died, before this one (restarted) starts its own: the run
+  // is over, as one of a rolled-back generation is.
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " from ", TaskName(s.job(), s.task()), " of generation ", s.generation(),
+                   ": this chief runs no generation yet (it is starting)"));
+}
+
 absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse* resp) {
   if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "NextTask"); !s.ok()) {
     return s;
   }
   absl::MutexLock lock(&mu_);
-  if (!ledger_) return absl::FailedPreconditionError("NextTask: this job has no task queue");
+  if (!ledger_) return NoTaskQueue(req.sender(), "NextTask");
   if (absl::Status s = CheckWorker(req.sender(), "NextTask"); !s.ok()) return s;
   if (absl::Status s = CheckGeneration(req.sender(), "NextTask"); !s.ok()) return s;
   if (absl::Status s = CheckAndSee(req.sender(), "NextTask"); !s.ok()) return s;
@@ -78,7 +89,7 @@ absl::Status Coordinator::TaskDone(const TaskDoneRequest& req) {
     return s;
   }
   absl::MutexLock lock(&mu_);
-  if (!ledger_) return absl::FailedPreconditionError("TaskDone: this job has no task queue");
+  if (!ledger_) return NoTaskQueue(req.sender(), "TaskDone");
   if (absl::Status s = CheckWorker(req.sender(), "TaskDone"); !s.ok()) return s;
   if (absl::Status s = CheckGeneration(req.sender(), "TaskDone"); !s.ok()) return s;
   if (absl::Status s = CheckAndSee(req.sender(), "TaskDone"); !s.ok()) return s;

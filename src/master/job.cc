@@ -49,10 +49,12 @@ absl::StatusOr<JobResult> Job::Run() {
     if (absl::Status s = EnableTasks(); !s.ok()) return s;
   }
   if (Recovery()) {
+    // Reset first: a restarted chief numbers its runs above those the PS ran for the chief
+    // before it, so that the old runs' calls are refused as those of another generation.
+    if (absl::Status s = ResetPs(config_.rpc_timeout); !s.ok()) return s;
     if (absl::Status s = BeginGeneration(restore_); !s.ok()) return s;
     if (config_.restarted) coordinator_->CountChiefRestart();
   }
-  if (absl::Status s = ResetPs(config_.rpc_timeout); !s.ok()) return s;
   if (absl::Status s = ConfigurePs(); !s.ok()) return s;
   if (model_job_ != nullptr) {
     if (absl::Status s = CreateModel(restore_); !s.ok()) return s;

@@ -164,6 +164,7 @@ class Job {
   std::unique_ptr<LoadedCheckpoint> latest_;  // the checkpoint of the last rollback
   int64_t task_rows_ = 0;                     // 0: no task queue, no recovery
   uint64_t generation_ = 0;                   // 0: no recovery
+  uint64_t ps_generation_ = 0;                // the highest generation a PS ran before a Reset
   TrainingSpec spec_;                         // what StartWorkers sent, for replacements
   std::vector<uint64_t> started_;  // by worker: the incarnation started on spec_ (0: none)
 };

@@ -89,12 +89,12 @@ absl::Status Job::BeginGeneration(LoadedCheckpoint* ckpt) {
   const nlohmann::json ledger = ckpt != nullptr ? ckpt->ledger : nlohmann::json();
   // Watermarks without their ledger would drop the pushes of the fresh ledger's tasks.
   if (ckpt != nullptr && ledger.is_null()) DropWatermarks(ckpt);
-  absl::StatusOr<uint64_t> g = coordinator_->BeginGeneration(ledger);
+  absl::StatusOr<uint64_t> g = coordinator_->BeginGeneration(ledger, ps_generation_);
   if (!g.ok() && absl::IsInvalidArgument(g.status()) && !ledger.is_null()) {
     spdlog::warn("the ledger of {} does not fit this job ({}): every task starts afresh",
                  ckpt->path, std::string(g.status().message()));
     DropWatermarks(ckpt);
-    g = coordinator_->BeginGeneration(nlohmann::json());
+    g = coordinator_->BeginGeneration(nlohmann::json(), ps_generation_);
   }
   if (!g.ok()) return g.status();
   generation_ = *g;
@@ -111,6 +111,7 @@ absl::Status Job::ResetPs(absl::Duration timeout) {
         CallAsNewChief(timeout, "Reset", TaskName("ps", t),
                        [&](grpc::ClientContext* ctx) { return ps_[t]->Reset(ctx, req, &resp); });
     if (!s.ok()) return s;
+    ps_generation_ = std::max(ps_generation_, resp.generation());
   }
   return absl::OkStatus();
 }

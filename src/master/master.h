@@ -54,7 +54,7 @@ struct JobConfig {
   bool overlap_pull = false;         // async/ssp: pull step t+1 while step t computes and pushes
   int slow_worker = -1;              // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
-  int eval_delay_ms = 0;  // for tests: the chief waits this long before the final evaluation
+  int eval_delay_ms = 0;      // for tests: the chief waits this long before the final evaluation
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
   int batch_size = 64;
   int epochs = 3;

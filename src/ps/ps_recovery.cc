@@ -15,6 +15,7 @@ absl::Status ParameterServerImpl::Reset(const ResetRequest& req, ResetResponse* 
   if (absl::Status s = CheckSender(req.has_sender(), req.sender()); !s.ok()) return s;
   absl::MutexLock admin(&admin_mu_);  // no create, import or checkpoint copy meanwhile
   if (absl::Status s = CheckChief(req.sender(), "Reset"); !s.ok()) return s;
+  resp->set_generation(consistency_.generation());
   std::vector<VariablePtr> removed;
   {
     absl::WriterMutexLock lock(&mu_);
