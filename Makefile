@@ -2,10 +2,13 @@
 # make demo     set up only what the demo needs, build only the pstrain binary, and run the main
 #               job: a local cluster training an MNIST MLP
 # make test     set up with the test packages, build everything, and run every test through ctest
-# make bench    ... and run the benchmarks (medians and ratios to their baselines)
+# make bench    set up with the test packages, build everything with PSTRAIN_NATIVE=ON (compiled
+#               for this machine's vector units) in $(NATIVE_BUILD), and run the benchmarks there
+#               (medians and ratios to their baselines); the other targets build portably
 # make install  set up what the binary and the client library need, build them, and install the
 #               binary, the library, its headers and its CMake and pkg-config files under PREFIX
 BUILD ?= build
+NATIVE_BUILD ?= build-native
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 # Configures $(BUILD) with or without the tests (which need the test packages).
@@ -34,11 +37,14 @@ demo: setup
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-bench: build
-	bash bench/run.sh $(BUILD)/bench/ps_bench
-	bash bench/run.sh $(BUILD)/bench/sparse_bench
-	/usr/bin/python3 bench/python_bench.py --build $(BUILD)
-	$(BUILD)/pstrain bench --out bench/RESULTS.md
+bench: setup-test
+	@cmake -S . -B $(NATIVE_BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=OFF \
+	  -DPSTRAIN_NATIVE=ON >/dev/null
+	@cmake --build $(NATIVE_BUILD) -j$(JOBS)
+	bash bench/run.sh $(NATIVE_BUILD)/bench/ps_bench
+	bash bench/run.sh $(NATIVE_BUILD)/bench/sparse_bench
+	/usr/bin/python3 bench/python_bench.py --build $(NATIVE_BUILD)
+	$(NATIVE_BUILD)/pstrain bench --out bench/RESULTS.md
 
 install: setup
 	$(call configure,OFF)
@@ -46,4 +52,4 @@ install: setup
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(NATIVE_BUILD)

@@ -2,7 +2,7 @@
 # Installs what pstrain needs on Debian 12 and fetches the data. Idempotent: a second run changes
 # nothing and takes a second.
 #   setup.sh demo   build tools and libraries for the pstrain binary (with cpp-httplib,
-#                   OpenSSL and UCX) and the Python module
+#                   OpenSSL, UCX and OpenBLAS) and the Python module
 #                   (pybind11, Python headers, NumPy), and MNIST (the default)
 #   setup.sh test   also what the tests and benchmarks need: GoogleTest, Google Benchmark,
 #                   Fashion-MNIST, PyTorch (optimizer reference tests), pytest and
@@ -17,7 +17,7 @@ DEMO_PACKAGES=(build-essential cmake pkg-config
                libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
                libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
                pybind11-dev python3-dev python3-numpy npm libcpp-httplib-dev libssl-dev
-               libxxhash-dev libucx-dev)
+               libxxhash-dev libucx-dev libopenblas-dev)
 TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
                python3-torch python3-pytest python3-grpcio python3-protobuf
                python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl

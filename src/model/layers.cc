@@ -1,27 +1,44 @@
 // Dense, ReLU and softmax cross-entropy with explicit backward passes.
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 
+#include "model/gemm.h"
 #include "model/model.h"
 
 namespace pstrain::layers {
 
+namespace {
+
+// Floats between the starts of two rows of m.
+template <typename M>
+int64_t Stride(const M& m) {
+  return static_cast<int64_t>(m.outerStride());
+}
+
+}  // namespace
+
 void DenseForward(const Eigen::Ref<const Matrix>& x, const Eigen::Ref<const Matrix>& w,
                   const float* b, Matrix* y) {
   assert(x.cols() == w.rows());
-  y->resize(x.rows(), w.cols());  // no reallocation when the shape is unchanged
-  y->noalias() = x * w;
-  y->rowwise() += Eigen::Map<const Vector>(b, w.cols());
+  // y = b in every row (no reallocation when the shape is unchanged), then y += x w.
+  *y = Eigen::Map<const Vector>(b, w.cols()).replicate(x.rows(), 1);
+  gemm::Sgemm(false, false, x.rows(), w.cols(), x.cols(), x.data(), Stride(x), w.data(), Stride(w),
+              1.0f, y->data(), y->cols());
 }
 
 void DenseBackward(const Eigen::Ref<const Matrix>& x, const Eigen::Ref<const Matrix>& w,
                    const Matrix& dy, Matrix* dx, float* dw, float* db) {
   assert(x.rows() == dy.rows() && x.cols() == w.rows() && dy.cols() == w.cols());
-  MatrixMap(dw, w.rows(), w.cols()).noalias() = x.transpose() * dy;
+  // dw = x^T dy: (in x n) (n x out)
+  gemm::Sgemm(true, false, x.cols(), dy.cols(), x.rows(), x.data(), Stride(x), dy.data(), dy.cols(),
+              0.0f, dw, w.cols());
   Eigen::Map<Vector>(db, w.cols()).noalias() = dy.colwise().sum();
   if (dx != nullptr) {
     dx->resize(dy.rows(), w.rows());
-    dx->noalias() = dy * w.transpose();
+    // dx = dy w^T: (n x out) (out x in)
+    gemm::Sgemm(false, true, dy.rows(), w.rows(), dy.cols(), dy.data(), dy.cols(), w.data(),
+                Stride(w), 0.0f, dx->data(), dx->cols());
   }
 }
 
