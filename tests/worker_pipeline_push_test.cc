@@ -253,12 +253,13 @@ TEST_F(PipelinePushTest, AnOverflowInTheLayerComputedLastPushesNothing) {
   EXPECT_EQ(PushRequests(), 0);
 }
 
-// The MLP with a NaN put into one gradient after the backward pass, reporting its layers one by
-// one as a model that promised finite gradients would.
+// The MLP with a NaN put into one gradient after the backward pass (none for -1), reporting its
+// layers one by one as a model that promised finite gradients would, or (`report` false) not
+// at all.
 class NanInjectingModel final : public Model {
  public:
-  NanInjectingModel(std::unique_ptr<Model> mlp, int bad_param)
-      : mlp_(std::move(mlp)), bad_(bad_param) {}
+  NanInjectingModel(std::unique_ptr<Model> mlp, int bad_param, bool report = true)
+      : mlp_(std::move(mlp)), bad_(bad_param), report_(report) {}
   ModelTask task() const override { return mlp_->task(); }
   const std::vector<ParamSpec>& params() const override { return mlp_->params(); }
   const std::vector<TableSpec>& tables() const override { return mlp_->tables(); }
@@ -269,8 +270,8 @@ class NanInjectingModel final : public Model {
   float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
                         const GradientsReady& ready) override {
     const float loss = mlp_->ForwardBackward(in, batch, g);
-    g->params[bad_].values[1] = std::nanf("");
-    for (int layer = 2; layer >= 0; --layer) ready({2 * layer, 2 * layer + 1});
+    if (bad_ >= 0) g->params[bad_].values[1] = std::nanf("");
+    for (int layer = 2; layer >= 0 && report_; --layer) ready({2 * layer, 2 * layer + 1});
     return loss;
   }
   void Predict(const ModelInputs& in, const Examples& b, std::vector<float>* out) override {
@@ -280,6 +281,7 @@ class NanInjectingModel final : public Model {
  private:
   std::unique_ptr<Model> mlp_;
   const int bad_;
+  const bool report_;
 };
 
 TEST_F(PipelinePushTest, ANanInTheLayerReportedFirstPushesNothing) {
@@ -323,6 +325,15 @@ TEST_F(PipelinePushTest, ABrokenPromiseStopsThePushAndNamesWhatWasApplied) {
   EXPECT_EQ(after[1].values(0).version(), 0u);
   EXPECT_EQ(after[2].values(0).version(), 0u);  // dense0/bias
   EXPECT_EQ(after[3].values(0).version(), 1u);  // dense1/kernel
+}
+
+// A model that reports no gradient ready still has every one pushed, after its backward pass.
+TEST_F(PipelinePushTest, GradientsAModelDidNotReportArePushedAtTheEnd) {
+  CreateVariables(initial_);
+  NanInjectingModel model(*Model::Create(MlpConfig()), /*bad_param=*/-1, /*report=*/false);
+  const std::vector<StepPushResult> r = Train(model, 1, /*pipeline=*/true);
+  EXPECT_EQ(r[0].nonfinite, "");
+  for (const PullResponse& shard : Snapshot()) EXPECT_EQ(shard.values(0).version(), 1u);
 }
 
 }  // namespace

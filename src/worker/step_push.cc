@@ -41,7 +41,9 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
   // Each group of gradients is checked before its push; after a non-finite one nothing more is
   // pushed. A model reports a group before the last only when it can promise that every
   // gradient is finite, so in practice a bad step is caught at its first group, before any push.
+  std::vector<bool> reported(model.params().size(), false);
   GradientsReady ready = [&](const std::vector<int>& vars) {
+    for (int v : vars) reported[v] = true;
     if (!r.nonfinite.empty()) return;
     r.nonfinite = NonFiniteIn(grads->params, vars, model.params());
     if (!r.nonfinite.empty()) return;
@@ -49,6 +51,11 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
     for (int v : vars) r.pushed_before.push_back(model.params()[v].name);
   };
   r.loss = model.ForwardBackward(in, batch, grads, ready);
+  std::vector<int> rest;  // a model that did not report every parameter: the others now
+  for (size_t v = 0; v < reported.size(); ++v) {
+    if (!reported[v]) rest.push_back(static_cast<int>(v));
+  }
+  if (!rest.empty()) ready(rest);
   r.status = params.FinishPush(&r.stale_dropped);
   if (r.nonfinite.empty()) r.pushed_before.clear();
   if (absl::IsNotFound(r.status) && r.nonfinite.empty() && options.retry) {

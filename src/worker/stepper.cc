@@ -131,12 +131,14 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
       Fail(absl::InvalidArgumentError(bad));
       return Outcome::kStop;
     }
-    if (r.pushed_before.empty()) {
-      spdlog::warn("{}; the step is skipped, nothing of it pushed", bad);
-    } else {
+    const int64_t skipped = report_.nonfinite_skipped() + 1;
+    if (!r.pushed_before.empty()) {
       spdlog::error("{}; the rest of the step is skipped", bad);
+    } else if (skipped == 1 || skipped % 100 == 0) {  // a diverging run skips every step
+      spdlog::warn("{}; the step is skipped, nothing of it pushed ({} skipped so far)", bad,
+                   skipped);
     }
-    report_.set_nonfinite_skipped(report_.nonfinite_skipped() + 1);
+    report_.set_nonfinite_skipped(skipped);
   }
   if (r.stale_dropped > 0) report_.set_stale_dropped(report_.stale_dropped() + 1);
   next_step_ = step + 1;
