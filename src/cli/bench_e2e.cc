@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/bench_internal.h"
 #include "data/data.h"
 #include "model/model.h"
@@ -130,27 +131,34 @@ std::vector<Table> EndToEndTables(const BenchOptions& o) {
     return {t};
   }
   const int reps = o.quick ? 1 : 3, max_batches = o.quick ? 40 : 1 << 30;
-  const std::vector<std::string> launch = {"launch",
-                                           "--ps",
-                                           "1",
-                                           "--workers",
-                                           "1",
-                                           "--hidden",
-                                           "256,128",
-                                           "--optimizer",
-                                           "sgd",
-                                           "--lr",
-                                           "0.01",
-                                           "--batch",
-                                           std::to_string(kBatch),
-                                           "--epochs",
-                                           "1",
-                                           "--mode",
-                                           "async",
-                                           "--data",
-                                           o.data_dir,
-                                           "--log_level",
-                                           "warn"};
+  std::vector<std::string> launch = {"launch",
+                                     "--ps",
+                                     "1",
+                                     "--workers",
+                                     "1",
+                                     "--hidden",
+                                     "256,128",
+                                     "--optimizer",
+                                     "sgd",
+                                     "--lr",
+                                     "0.01",
+                                     "--batch",
+                                     std::to_string(kBatch),
+                                     "--epochs",
+                                     "1",
+                                     "--mode",
+                                     "async",
+                                     "--data",
+                                     o.data_dir,
+                                     "--log_level",
+                                     "warn"};
+  // Training flags the cluster runs with on top of these (space-separated), to compare its
+  // options, e.g. PSTRAIN_BENCH_E2E_FLAGS="--overlap_pull --no_pipeline_push".
+  if (const char* extra = std::getenv("PSTRAIN_BENCH_E2E_FLAGS"); extra != nullptr) {
+    for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
+      launch.emplace_back(f);
+    }
+  }
   std::vector<std::string> torch = {o.torch_script, "--data", o.data_dir, "--batch",
                                     std::to_string(kBatch)};
   if (o.quick) torch.insert(torch.end(), {"--max_batches", std::to_string(max_batches)});
@@ -217,7 +225,10 @@ std::vector<Table> EndToEndTables(const BenchOptions& o) {
       "of MNIST's 60,000 training examples, async); the single process trains on the same "
       "examples, already in memory, with the PS's SGD kernel applied locally",
       o.quick ? absl::StrCat(" (", max_batches, " batches with --quick)") : std::string(),
-      "; PyTorch (torch.set_num_threads(1)) trains the same MLP the same way."));
+      "; PyTorch (torch.set_num_threads(1)) trains the same MLP the same way.",
+      std::getenv("PSTRAIN_BENCH_E2E_FLAGS") != nullptr
+          ? absl::StrCat(" The cluster ran with ", std::getenv("PSTRAIN_BENCH_E2E_FLAGS"), ".")
+          : std::string()));
   return {t, cpu};
 }
 

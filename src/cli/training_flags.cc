@@ -53,6 +53,8 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--bad_lines", "--model", kBuiltIn},
       {"--push_dtype", "--model", kBuiltIn},
       {"--overlap_pull", "--model", kBuiltIn},
+      {"--pipeline_push", "--model", kBuiltIn},
+      {"--pipeline_push", "--mode", {"async", "ssp"}},
       {"--hidden", "--model", {"mlp", "wide_deep"}},
       {"--batch", "--model", kBuiltIn},
       {"--epochs", "--model", kBuiltIn},
@@ -169,6 +171,12 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_flag("--overlap_pull", c.overlap_pull,
                 "async and ssp: pull the next step's values while this step computes and pushes "
                 "(faster; every gradient is then one step staler, in ssp one beyond --staleness)");
+  app->add_flag(
+      "--pipeline_push,!--no_pipeline_push", c.pipeline_push,
+      "async and ssp: push each layer's gradients as soon as the backward pass has "
+      "them, while it goes on below; the step still waits for every push, and a step "
+      "with a non-finite gradient pushes nothing (on by default; "
+      "--pipeline_push=false or --no_pipeline_push for one push after the backward pass)");
   app->add_option("--replicas_to_aggregate", c.replicas_to_aggregate,
                   "sync: gradients averaged per step; more workers are backups (0 = all)")
       ->capture_default_str();

@@ -107,7 +107,10 @@ PsClient::PsClient(const std::vector<std::string>& ps_addresses, std::vector<Var
       g->mutable_gradient()->mutable_shape()->Assign(shape.begin(), shape.end());
     }
     push_src_[b].resize(batches_[b].slots.size());
+    all_batches_.push_back(b);
   }
+  some_reqs_.resize(batches_.size());
+  some_src_.resize(batches_.size());
 }
 
 void PsClient::PlanBatches(const RequestLimits& limits) {
@@ -179,14 +182,16 @@ absl::Status PsClient::MakeChannels() {
 }
 
 template <typename Call>
-absl::Status PsClient::FanOut(const char* what, bool retry, Call call) {
+absl::Status PsClient::FanOut(const char* what, bool retry, const std::vector<size_t>& which,
+                              Call call) {
   if (absl::Status s = MakeChannels(); !s.ok()) return s;
   CallOptions options;
   options.deadline = absl::Now() + peers_.timeout();
   options.wait_for_ready = true;  // a PS still connecting (or reconnecting) is waited for
   options.canceller = peers_.canceller();
   return FanOutCalls(
-      what, batches_.size(), retry, options.deadline, options.canceller, [&](size_t b, auto done) {
+      what, which.size(), retry, options.deadline, options.canceller, [&](size_t j, auto done) {
+        const size_t b = which[j];
         const int ps = batches_[b].ps;
         call(channels_[ps].get(), options, b,
              [this, what, ps, done = std::move(done)](absl::Status s) {
@@ -202,10 +207,11 @@ absl::Status PsClient::PullOnce(std::vector<const float*>* values, uint64_t min_
     r.set_min_version(min_version);
     r.set_clock(clock);
   }
-  absl::Status s = FanOut(
-      "Pull", /*retry=*/true, [this](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
-        c->Pull(o, pull_reqs_[b], pull_dest_[b], &pull_resps_[b], std::move(done));
-      });
+  absl::Status s =
+      FanOut("Pull", /*retry=*/true, all_batches_,
+             [this](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
+               c->Pull(o, pull_reqs_[b], pull_dest_[b], &pull_resps_[b], std::move(done));
+             });
   if (!s.ok()) return s;
   for (size_t b = 0; b < batches_.size(); ++b) {
     const PullResponse& resp = pull_resps_[b];
@@ -258,12 +264,44 @@ absl::Status PsClient::Push(const std::vector<Tensor>& grads, int* stale_dropped
 
 absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dropped,
                             const PushTag* tag) {
+  return PushSelected(grads, std::vector<bool>(variables_.size(), true), stale_dropped, tag);
+}
+
+absl::Status PsClient::PushSome(const std::vector<int>& vars, const std::vector<Tensor>& grads,
+                                int* stale_dropped, const PushTag* tag) {
+  if (grads.size() != variables_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of ", grads.size(), " gradients for ", variables_.size(), " variables"));
+  }
+  std::vector<bool> selected(variables_.size(), false);
+  std::vector<TensorView> views(variables_.size());
+  for (int i : vars) {
+    if (i < 0 || i >= static_cast<int>(variables_.size()) || selected[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push of variable ", i, " of ", variables_.size(), ", or of it twice"));
+    }
+    selected[i] = true;
+    const Tensor& t = grads[i];
+    if (t.size() != NumElements(t.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for ", variables_[i].name,
+                                                     " has shape ", ShapeString(t.shape), " and ",
+                                                     t.size(), " values"));
+    }
+    views[i] = {t.shape, t.data()};
+  }
+  return PushSelected(views, selected, stale_dropped, tag);
+}
+
+absl::Status PsClient::PushSelected(const std::vector<TensorView>& grads,
+                                    const std::vector<bool>& selected, int* stale_dropped,
+                                    const PushTag* tag) {
   if (!unsendable_.ok()) return unsendable_;
   if (grads.size() != variables_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", variables_.size(), " variables"));
   }
   for (size_t i = 0; i < variables_.size(); ++i) {
+    if (!selected[i]) continue;
     if (grads[i].shape != variables_[i].shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradient for ", variables_[i].name, " has shape ", ShapeString(grads[i].shape),
@@ -282,6 +320,7 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
   // The bytes each variable's gradient travels from: the caller's floats, or 16-bit copies.
   std::vector<const char*> base(variables_.size());
   for (size_t i = 0; i < variables_.size(); ++i) {
+    if (!selected[i]) continue;
     base[i] = reinterpret_cast<const char*>(grads[i].data);
     if (push_dtype_ == DT_FLOAT) continue;
     const int64_t n = NumElements(variables_[i].shape);
@@ -293,6 +332,10 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
     }
     base[i] = reinterpret_cast<const char*>(narrow_[i].data());
   }
+  // The batches with a selected shard; one with only some of them sends a copy of its request
+  // with those (some_reqs_), whole.
+  std::vector<size_t> which;
+  std::vector<bool> part(batches_.size(), false);
   for (size_t b = 0; b < batches_.size(); ++b) {
     if (tag != nullptr) {
       *push_reqs_[b].mutable_tag() = *tag;
@@ -300,8 +343,11 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
       push_reqs_[b].clear_tag();
     }
     const std::vector<Slot>& slots = batches_[b].slots;
+    size_t chosen = 0;
     for (size_t k = 0; k < slots.size(); ++k) {
       const auto [i, j] = slots[k];
+      if (!selected[i]) continue;
+      ++chosen;
       const VariableRef& v = variables_[i];
       const ShardRef& shard = v.shards[j];
       Gradient* g = push_reqs_[b].mutable_gradients(k);
@@ -311,15 +357,33 @@ absl::Status PsClient::Push(const std::vector<TensorView>& grads, int* stale_dro
       push_src_[b][k] = {base[i] + shard.row_begin * row_bytes,
                          (shard.row_end - shard.row_begin) * row_bytes};
     }
+    if (chosen == 0) continue;
+    which.push_back(b);
+    if (chosen == slots.size()) continue;
+    part[b] = true;
+    PushRequest& r = some_reqs_[b];
+    r.Clear();
+    *r.mutable_sender() = push_reqs_[b].sender();
+    if (tag != nullptr) *r.mutable_tag() = *tag;
+    some_src_[b].clear();
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (!selected[slots[k].var]) continue;
+      *r.add_gradients() = push_reqs_[b].gradients(k);
+      some_src_[b].push_back(push_src_[b][k]);
+    }
   }
   absl::Status s =
-      FanOut("Push", /*retry=*/tag != nullptr,
-             [this](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
-               c->Push(o, push_reqs_[b], push_src_[b], &push_resps_[b], std::move(done));
+      FanOut("Push", /*retry=*/tag != nullptr, which,
+             [this, &part](DataChannel* c, const CallOptions& o, size_t b, DoneFn done) {
+               if (part[b]) {
+                 c->Push(o, some_reqs_[b], some_src_[b], &push_resps_[b], std::move(done));
+               } else {
+                 c->Push(o, push_reqs_[b], push_src_[b], &push_resps_[b], std::move(done));
+               }
              });
   if (s.ok() && stale_dropped != nullptr) {
     *stale_dropped = 0;
-    for (const PushResponse& r : push_resps_) *stale_dropped += r.stale_dropped();
+    for (size_t b : which) *stale_dropped += push_resps_[b].stale_dropped();
   }
   return s;
 }

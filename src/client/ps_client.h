@@ -81,6 +81,11 @@ class PsClient {
                     const PushTag* tag = nullptr);
   absl::Status Push(const std::vector<TensorView>& grads, int* stale_dropped = nullptr,
                     const PushTag* tag = nullptr);
+  // As Push, of the variables `vars` only (distinct indices; grads[i] is read for those only): a
+  // request to a PS carries the shards of these variables that a full Push would send it, whole,
+  // so pushing every variable once over several PushSome applies what one Push applies.
+  absl::Status PushSome(const std::vector<int>& vars, const std::vector<Tensor>& grads,
+                        int* stale_dropped = nullptr, const PushTag* tag = nullptr);
   // Smallest and largest version over the shards of the last Pull; in sync mode both are the
   // global step.
   uint64_t min_version_read() const;
@@ -112,8 +117,13 @@ class PsClient {
   void PlanBatches(const RequestLimits& limits);
   absl::Status MakeChannels();
   // Runs `call(channel, options, batch, done)` for every batch at once, as PsPeers::FanOut does.
+  // Runs `call(channel, options, b, done)` for every batch b of `which` at once, as
+  // PsPeers::FanOut does.
   template <typename Call>
-  absl::Status FanOut(const char* what, bool retry, Call call);
+  absl::Status FanOut(const char* what, bool retry, const std::vector<size_t>& which, Call call);
+  // Push of the variables with selected[i] (grads holds every variable, null for the others).
+  absl::Status PushSelected(const std::vector<TensorView>& grads, const std::vector<bool>& selected,
+                            int* stale_dropped, const PushTag* tag);
   absl::Status PullOnce(std::vector<const float*>* values, uint64_t min_version, int64_t clock);
   const std::vector<VariableRef> variables_;
   const Sender sender_;
@@ -121,6 +131,7 @@ class PsClient {
   PsPeers peers_;
   absl::Status unsendable_;                             // a shard that cannot be sent or received
   std::vector<Batch> batches_;                          // every request of a Pull (and of a Push)
+  std::vector<size_t> all_batches_;                     // 0, 1, ..., batches_.size() - 1
   std::vector<std::unique_ptr<DataChannel>> channels_;  // per PS task with a batch
   std::vector<std::vector<float>> values_;              // per variable: what the last Pull received
   std::vector<std::vector<uint16_t>> narrow_;           // per variable: a gradient as push_dtype_
@@ -131,6 +142,8 @@ class PsClient {
   std::vector<PushRequest> push_reqs_;                // per batch, gradients without data
   std::vector<PushResponse> push_resps_;
   std::vector<std::vector<ConstBytes>> push_src_;  // per batch: the current push's bytes
+  std::vector<PushRequest> some_reqs_;             // per batch: a PushSome's part of push_reqs_
+  std::vector<std::vector<ConstBytes>> some_src_;  // per batch: its bytes
 };
 
 }  // namespace pstrain

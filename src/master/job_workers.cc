@@ -111,6 +111,7 @@ absl::Status Job::StartWorkers(int64_t* bad_lines_skipped) {
   spec.set_stop_on_nonfinite(config_.stop_on_nonfinite);
   spec.set_push_dtype(config_.push_dtype);
   spec.set_overlap_pull(config_.overlap_pull);
+  spec.set_pipeline_push(config_.pipeline_push);
   if (task_rows_ > 0) {
     // The ledger says when the job ends: no step count is fixed in advance.
     spec.set_num_shards(1);

@@ -52,6 +52,7 @@ struct JobConfig {
   bool stop_on_nonfinite = false;    // a NaN/Inf gradient stops the job; else skipped and counted
   DataType push_dtype = DT_FLOAT;    // dense gradients on the wire: float32, float16 or bfloat16
   bool overlap_pull = false;         // async/ssp: pull step t+1 while step t computes and pushes
+  bool pipeline_push = true;         // async/ssp: push each layer as the backward pass ends it
   int slow_worker = -1;              // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
   int eval_delay_ms = 0;      // for tests: the chief waits this long before the final evaluation

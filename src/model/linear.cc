@@ -29,7 +29,8 @@ class LinearModel final : public Model {
     return index_.keys();
   }
 
-  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g) override {
+  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
+                        const GradientsReady& ready) override {
     Logits(in, batch);
     const float loss = SigmoidCrossEntropy(logits_, batch.labels.data(), &dlogits_);
     g->params.resize(params_.size());
@@ -45,6 +46,7 @@ class LinearModel final : public Model {
         g->rows[0][index_.row(j)] += batch.sparse_values[j] * d;
       }
     }
+    ReportAllReady(ready, params_.size());
     return loss;
   }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -27,6 +28,38 @@ void Forward(const std::vector<int>& widths, const std::vector<const float*>& pa
     }
     if (i + 1 < layers) layers::ReluForward(&(*acts)[i]);
   }
+}
+
+// The largest |value| of m, or infinity if any value is not finite.
+double MaxAbs(const Eigen::Ref<const Matrix>& m) {
+  if (m.size() == 0) return 0;
+  if (!m.allFinite()) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(m.cwiseAbs().maxCoeff());
+}
+
+// Whether the backward pass from dlogits cannot produce a non-finite gradient: with n rows, a
+// layer's kernel gradient is bounded by n * max|input| * max|dy|, its bias gradient by
+// n * max|dy|, and the dy of the layer below by max|dy| times the largest absolute row sum of
+// the kernel (ReLU only zeroes). Every bound must stay far below float's largest value, so that
+// no sum of products in float overflows even with rounding; a non-finite input, activation,
+// kernel or logit gradient fails the test.
+bool BackwardStaysFinite(const std::vector<int>& widths, const std::vector<const float*>& params,
+                         const Eigen::Ref<const Matrix>& x, const std::vector<Matrix>& acts,
+                         const Matrix& dlogits) {
+  constexpr double kLimit = std::numeric_limits<float>::max() / 16.0;
+  const double n = static_cast<double>(x.rows());
+  const size_t layers = widths.size() - 1;
+  double dy = MaxAbs(dlogits);
+  for (size_t i = layers; i-- > 0;) {
+    const double in = i == 0 ? MaxAbs(x) : MaxAbs(acts[i - 1]);
+    if (!(n * in * dy < kLimit && n * dy < kLimit)) return false;
+    if (i == 0) break;
+    ConstMatrixMap w(params[2 * i], widths[i], widths[i + 1]);
+    if (!w.allFinite()) return false;
+    dy *= static_cast<double>(w.cwiseAbs().rowwise().sum().maxCoeff());
+    if (!(dy < kLimit)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -70,7 +103,7 @@ std::vector<Tensor> Mlp::Initialize(uint64_t seed) const {
 
 float Mlp::ForwardBackward(const std::vector<const float*>& params,
                            const Eigen::Ref<const Matrix>& x, const int32_t* labels,
-                           std::vector<Tensor>* grads) {
+                           std::vector<Tensor>* grads, const GradientsReady& ready) {
   assert(params.size() == params_.size());
   assert(x.cols() == widths_.front());
   grads->resize(params_.size());
@@ -84,6 +117,7 @@ float Mlp::ForwardBackward(const std::vector<const float*>& params,
   Forward(widths_, params, x, &acts_);
   const size_t layers = widths_.size() - 1;
   const float loss = layers::SoftmaxCrossEntropy(acts_[layers - 1], labels, &grads_[layers - 1]);
+  const bool early = ready && BackwardStaysFinite(widths_, params, x, acts_, grads_[layers - 1]);
   for (size_t i = layers; i-- > 0;) {
     ConstMatrixMap w(params[2 * i], widths_[i], widths_[i + 1]);
     float* dw = (*grads)[2 * i].data();
@@ -94,7 +128,9 @@ float Mlp::ForwardBackward(const std::vector<const float*>& params,
       layers::DenseBackward(acts_[i - 1], w, grads_[i], &grads_[i - 1], dw, db);
       layers::ReluBackward(acts_[i - 1], &grads_[i - 1]);
     }
+    if (early) ready({static_cast<int>(2 * i), static_cast<int>(2 * i + 1)});
   }
+  if (!early) ReportAllReady(ready, params_.size());
   return loss;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,18 @@ void ReluBackward(const Matrix& y, Matrix* dy);
 float SoftmaxCrossEntropy(const Matrix& logits, const int32_t* labels, Matrix* dlogits);
 }  // namespace layers
 
+// Told by a backward pass which parameters' gradients are final (indices into the model's
+// params()), as it completes them: every parameter in exactly one call, the last call before
+// ForwardBackward returns. A call before the last, while the backward pass of the rest goes on,
+// is a promise that no gradient of the batch (dense or of a table row) will be non-finite: a
+// backward pass that cannot rule that out reports every parameter in one call at its end. The
+// gradients reported stay unchanged until the next ForwardBackward, so the callee may start
+// pushing them at once, from another thread.
+using GradientsReady = std::function<void(const std::vector<int>& params)>;
+
+// Reports every one of `n` parameters ready in one call (nothing if `ready` is empty).
+void ReportAllReady(const GradientsReady& ready, size_t n);
+
 struct ParamSpec {
   std::string name;  // "dense0/kernel", "dense0/bias", "dense1/kernel", ...
   std::vector<int64_t> shape;
@@ -63,9 +76,14 @@ class Mlp {
 
   // Forward and backward over a batch x (n x widths.front()) with labels. `params` points at the
   // values of params() in order. Writes one gradient per parameter into *grads (resized and
-  // shaped as params()) and returns the mean loss.
+  // shaped as params()) and returns the mean loss. `ready` (may be empty) hears of each layer's
+  // kernel and bias as soon as its backward pass is done, last layer first, when the forward
+  // pass and a bound on the backward pass's magnitudes show that every gradient will be finite
+  // (finite inputs, activations, kernels and logit gradients, and no product that can overflow
+  // float); otherwise of every parameter at the end.
   float ForwardBackward(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
-                        const int32_t* labels, std::vector<Tensor>* grads);
+                        const int32_t* labels, std::vector<Tensor>* grads,
+                        const GradientsReady& ready = nullptr);
 
   // The arg-max class of every row of x, in chunks.
   void Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
@@ -166,9 +184,11 @@ class Model {
   // ForwardBackward or Predict on the same batch. Valid until the next call.
   virtual const std::vector<std::vector<uint64_t>>& TouchedKeys(const Examples& batch) = 0;
   // Forward and backward over `batch` (TouchedKeys must have been called on it last); fills
-  // *grads and returns the mean loss.
-  virtual float ForwardBackward(const ModelInputs& in, const Examples& batch,
-                                ModelGrads* grads) = 0;
+  // *grads and returns the mean loss. `ready` (may be empty) hears of the parameters' gradients
+  // as they are final (GradientsReady): the MLP layer by layer, last layer first, when it can
+  // promise finite gradients; the linear and Wide & Deep models all at the end.
+  virtual float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* grads,
+                                const GradientsReady& ready = nullptr) = 0;
   // Per row: the predicted class (kClassification) or the probability of label 1 (kBinary).
   virtual void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) = 0;
 };

@@ -19,10 +19,11 @@ class MlpModel final : public Model {
     return no_keys_;
   }
 
-  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g) override {
+  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
+                        const GradientsReady& ready) override {
     labels_.assign(batch.labels.begin(), batch.labels.end());
     g->rows.clear();
-    return mlp_.ForwardBackward(in.params, Dense(batch), labels_.data(), &g->params);
+    return mlp_.ForwardBackward(in.params, Dense(batch), labels_.data(), &g->params, ready);
   }
 
   void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
@@ -42,6 +43,13 @@ class MlpModel final : public Model {
 };
 
 }  // namespace
+
+void ReportAllReady(const GradientsReady& ready, size_t n) {
+  if (!ready) return;
+  std::vector<int> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = static_cast<int>(i);
+  ready(all);
+}
 
 std::unique_ptr<Model> MakeMlpModel(const ModelConfig& c) {
   std::vector<int> widths = {c.dense_features};

@@ -106,7 +106,8 @@ class WideDeepModel final : public Model {
     return keys_;
   }
 
-  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g) override {
+  float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
+                        const GradientsReady& ready) override {
     Forward(in, batch);
     const float loss = SigmoidCrossEntropy(logits_, batch.labels.data(), &dlogits_);
     g->params.resize(params_.size());
@@ -150,6 +151,7 @@ class WideDeepModel final : public Model {
         for (int c = 0; c < dim_; ++c) drow[c] += batch.sparse_values[j] * dx[c];
       }
     }
+    ReportAllReady(ready, params_.size());
     return loss;
   }
 

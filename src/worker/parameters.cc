@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,15 +16,21 @@ namespace {
 // scheduling.
 constexpr absl::Duration kWaitMargin = absl::Seconds(10);
 
+// The status of `call`, waited for until it returned, past any deadline: it refers to the
+// caller's data.
+absl::Status WaitReturned(CallThread::Call& call, absl::Duration timeout) {
+  absl::Status s = call.Wait(absl::Now() + timeout + kWaitMargin);
+  while (!call.done()) s = call.Wait(absl::Now() + timeout + kWaitMargin);
+  return s;
+}
+
 // Runs `here` on this thread and `there` on `side` at the same time; the first error wins.
 absl::Status Both(CallThread* side, absl::Duration timeout,
                   const std::function<absl::Status()>& here,
                   const std::function<absl::Status()>& there) {
   std::shared_ptr<CallThread::Call> call = side->Start(there);
   absl::Status s = here();
-  // `there` refers to the caller's frame: wait for it to return, past any deadline.
-  absl::Status t = call->Wait(absl::Now() + timeout + kWaitMargin);
-  while (!call->done()) t = call->Wait(absl::Now() + timeout + kWaitMargin);
+  absl::Status t = WaitReturned(*call, timeout);
   return s.ok() ? t : s;
 }
 
@@ -104,6 +111,31 @@ absl::Status ModelParameters::Write(const std::vector<std::vector<uint64_t>>& ke
     return tables_->Push(keys, grads.rows, /*every_ps=*/sync, &table_dropped, tag);
   });
   *stale_dropped = dense_dropped + table_dropped;
+  return s;
+}
+
+void ModelParameters::PushSome(const std::vector<int>& vars, const std::vector<Tensor>& grads,
+                               const PushTag* tag) {
+  PsClient* dense = dense_[current_].get();
+  std::optional<PushTag> copy;
+  if (tag != nullptr) copy = *tag;
+  pushes_.push_back(side_[current_].Start([this, dense, vars, &grads, copy] {
+    int dropped = 0;
+    absl::Status s = dense->PushSome(vars, grads, &dropped, copy ? &*copy : nullptr);
+    pushes_dropped_ += dropped;
+    return s;
+  }));
+}
+
+absl::Status ModelParameters::FinishPush(int* stale_dropped) {
+  absl::Status s;
+  for (const std::shared_ptr<CallThread::Call>& call : pushes_) {
+    absl::Status t = WaitReturned(*call, timeout_);
+    if (s.ok()) s = t;
+  }
+  pushes_.clear();
+  *stale_dropped = pushes_dropped_;
+  pushes_dropped_ = 0;
   return s;
 }
 

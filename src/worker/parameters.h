@@ -44,6 +44,17 @@ class ModelParameters {
   // `tag` (may be null): the batch of the task the gradients come from, on every request.
   absl::Status Write(const std::vector<std::vector<uint64_t>>& keys, const ModelGrads& grads,
                      bool sync, int* stale_dropped, const PushTag* tag = nullptr);
+  // A pipelined Write of the dense gradients (a model without tables; async and ssp): queues the
+  // push of grads[v] for every v in `vars` (final until FinishPush returns) behind the pushes
+  // queued before, on a thread of its own, and returns at once, so the caller goes on with the
+  // backward pass meanwhile. Each request to a PS carries whole shards of these variables
+  // (PsClient::PushSome), tagged with the versions of the last Read: pushing every variable once
+  // this way applies what Write applies.
+  void PushSome(const std::vector<int>& vars, const std::vector<Tensor>& grads,
+                const PushTag* tag = nullptr);
+  // Waits for every push PushSome queued since the last FinishPush: the first error, or OK with
+  // *stale_dropped counting the shards the PS dropped.
+  absl::Status FinishPush(int* stale_dropped);
   // Starts the dense pull of the next Read (async and ssp: its values then miss the gradients
   // of the Write that follows, one step staler) on a second PsClient, so that it is in flight
   // while the caller computes and pushes; the values of the last Read stay valid meanwhile, and
@@ -64,6 +75,9 @@ class ModelParameters {
   std::unique_ptr<TableClient> tables_;  // null for a model without tables
   CallThread side_[2];                   // dense_[i]'s prefetch; side_[0] also runs table calls
   std::shared_ptr<CallThread::Call> prefetch_;  // in flight on dense_[1 - current_], or null
+  // PushSome's pushes on side_[current_], and the shards they saw dropped (written there).
+  std::vector<std::shared_ptr<CallThread::Call>> pushes_;
+  int pushes_dropped_ = 0;
   std::vector<const float*> values_[2];
   std::vector<std::vector<float>> rows_;
 };

@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
+#include "worker/step_push.h"
 
 namespace pstrain {
 
@@ -27,6 +29,13 @@ Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOp
   params_->set_push_dtype(spec.push_dtype() == DT_INVALID ? DT_FLOAT : spec.push_dtype());
   *report_.mutable_sender() = options.sender;
   batch_.dense_dim = data.dense_dim;
+  if (!sync_ && spec.pipeline_push()) {
+    spdlog::info(model_->tables().empty()
+                     ? "push pipeline: each layer's gradients are pushed as the backward pass "
+                       "completes them"
+                     : "no push pipeline for a model with tables: its gradients are pushed after "
+                       "the backward pass");
+  }
 }
 
 Stepper::~Stepper() = default;
@@ -97,23 +106,41 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
   if (spec_.step_delay_ms() > 0) {  // a straggler: slow between reading and pushing
     std::this_thread::sleep_for(std::chrono::milliseconds(spec_.step_delay_ms()));
   }
-  loss_sum_ += model_->ForwardBackward(inputs_, batch_, &grads_);
+  // Async and ssp with pipeline_push: each layer's gradients are pushed as the backward pass
+  // completes them. The PS's ssp clock moves with pulls only, so several pushes per step to one
+  // PS leave it right; a sync step counts one push per worker and variable, whole: no pipeline.
+  StepPushOptions how;
+  how.sync = sync_;
+  how.pipeline = !sync_ && spec_.pipeline_push();
+  how.tag = tag;
+  how.retry = [this](const std::function<absl::Status()>& call) { return UntilRestored(call); };
+  const StepPushResult r = ComputeAndPush(*model_, inputs_, batch_, keys, &grads_, *params_, how);
+  loss_sum_ += r.loss;
   ++loss_count_;
-  if (std::string bad = NonFinite(grads_, model_->params(), model_->tables(), keys); !bad.empty()) {
-    if (spec_.stop_on_nonfinite()) {
-      Fail(absl::InvalidArgumentError(absl::StrCat("step ", report_.steps(), ": ", bad)));
-      return Outcome::kStop;
-    }
-    report_.set_nonfinite_skipped(report_.nonfinite_skipped() + 1);
-  } else {
-    int dropped = 0;
-    s = UntilRestored([&] { return params_->Write(keys, grads_, sync_, &dropped, tag); });
-    if (!s.ok()) {
-      Fail(s);
-      return Outcome::kStop;
-    }
-    if (dropped > 0) report_.set_stale_dropped(report_.stale_dropped() + 1);
+  if (!r.status.ok()) {
+    Fail(r.status);
+    return Outcome::kStop;
   }
+  if (!r.nonfinite.empty()) {
+    std::string bad = absl::StrCat("step ", report_.steps(), ": ", r.nonfinite);
+    if (!r.pushed_before.empty()) {
+      absl::StrAppend(&bad, " (after the push of ", absl::StrJoin(r.pushed_before, ", "),
+                      ", which the PS applied: the model reported them ready early)");
+    }
+    if (spec_.stop_on_nonfinite()) {
+      Fail(absl::InvalidArgumentError(bad));
+      return Outcome::kStop;
+    }
+    const int64_t skipped = report_.nonfinite_skipped() + 1;
+    if (!r.pushed_before.empty()) {
+      spdlog::error("{}; the rest of the step is skipped", bad);
+    } else if (skipped == 1 || skipped % 100 == 0) {  // a diverging run skips every step
+      spdlog::warn("{}; the step is skipped, nothing of it pushed ({} skipped so far)", bad,
+                   skipped);
+    }
+    report_.set_nonfinite_skipped(skipped);
+  }
+  if (r.stale_dropped > 0) report_.set_stale_dropped(report_.stale_dropped() + 1);
   next_step_ = step + 1;
   report_.set_steps(report_.steps() + 1);
   report_.set_examples(report_.examples() + rows);

@@ -1,0 +1,45 @@
+// Internal to src/worker: a step's forward and backward pass and the push of its gradients,
+// one Write after the backward pass or pipelined (each variable pushed once the model reports
+// its gradient final, while the backward pass of the layers below goes on), and the check that
+// keeps a step with a non-finite gradient from being applied (docs/data_plane.md, "Overlap").
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/examples.h"
+#include "model/model.h"
+#include "worker/parameters.h"
+
+namespace pstrain {
+
+struct StepPushOptions {
+  bool sync = false;      // Write's `sync`
+  bool pipeline = false;  // push as the model reports gradients ready (a model without tables)
+  const PushTag* tag = nullptr;
+  // Runs a plain Write, again as long as the caller allows (the recovery's wait for a PS that
+  // restarted); empty: once. A pipelined push that failed NotFound is redone whole this way.
+  std::function<absl::Status(const std::function<absl::Status()>&)> retry;
+};
+
+struct StepPushResult {
+  float loss = 0;
+  // The first non-finite gradient ("gradient for variable 'x' has nan at index i"), or "". The
+  // step's push stopped before it: nothing of the step was pushed unless `pushed_before` names
+  // variables, which happens only when a model reported gradients early and then broke
+  // GradientsReady's promise of finite ones.
+  std::string nonfinite;
+  std::vector<std::string> pushed_before;
+  int stale_dropped = 0;  // shards the PS dropped as stale
+  absl::Status status;    // of the push
+};
+
+// Forward and backward of `batch` (its keys as model.TouchedKeys gave them) from the values of
+// the last params.Read, then the push of *grads unless a gradient is non-finite.
+StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Examples& batch,
+                              const std::vector<std::vector<uint64_t>>& keys, ModelGrads* grads,
+                              ModelParameters& params, const StepPushOptions& options);
+
+}  // namespace pstrain
