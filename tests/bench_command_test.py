@@ -130,6 +130,20 @@ def test_end_to_end_rows(run, prefix):
         assert single[3] == "PyTorch, 1 thread"
 
 
+def test_memory_rows_have_ratios_to_the_variable_and_its_slots(run):
+    rows = find(tables(run[0]), "Peak memory of a PS serving")
+    grpc = {r[2]: r for r in rows if r[1] == "grpc"}
+    assert set(grpc) == {"sgd", "adam"}, rows
+    for r in rows:
+        if r[3].startswith("unavailable"):
+            continue  # UCX may not start on this machine
+        held = number(r[3], 0)
+        assert held == (16 if r[2] == "sgd" else 48), r  # --quick: 16 MB, adam's 2 slots
+        check_ratio(number(r[5], 0), held, r[6], 0)  # creation peak
+        check_ratio(number(r[7], 0), held, r[8], 0)  # serving peak
+        assert r[10] == "<= 1.2x (serving)" and r[11] in ("yes", "no"), r
+
+
 @pytest.mark.parametrize("flag,value", [("--transports", "grpc,tcp"), ("--sections", "io"),
                                         ("--sizes", "16MB,3MB")])
 def test_bad_flags_are_refused(flag, value):

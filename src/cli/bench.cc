@@ -74,7 +74,7 @@ BenchCommand::BenchCommand(CLI::App* app)
                  "nothing worth reading");
   cmd_->add_option("--transports", transports_, "comma-separated transports to measure")
       ->capture_default_str();
-  cmd_->add_option("--sections", sections_, "comma-separated: transport, apply, e2e")
+  cmd_->add_option("--sections", sections_, "comma-separated: transport, apply, e2e, memory")
       ->capture_default_str();
   cmd_->add_option("--sizes", sizes_,
                    "comma-separated transport sizes (4KB, 64KB, 1MB, 16MB, 64MB, 256MB; default "
@@ -85,6 +85,9 @@ BenchCommand::BenchCommand(CLI::App* app)
       ->capture_default_str();
   cmd_->add_option("--torch_script", torch_script_, "the PyTorch reference's script")
       ->capture_default_str();
+  cmd_->add_option("--memory_baseline", memory_baseline_,
+                   "another pstrain binary whose PS the memory section measures alongside this "
+                   "one's, the trials alternating (a build before a change)");
 }
 
 int BenchCommand::Run(const std::string& self) const {
@@ -97,10 +100,11 @@ int BenchCommand::Run(const std::string& self) const {
   o.data_dir = data_;
   o.python = python_;
   o.torch_script = torch_script_;
+  o.memory_baseline = memory_baseline_;
   for (const std::string& s : o.sections) {
-    if (s != "transport" && s != "apply" && s != "e2e") {
+    if (s != "transport" && s != "apply" && s != "e2e" && s != "memory") {
       std::cerr << "pstrain bench: error: unknown section \"" << s
-                << "\" in --sections (transport, apply, e2e)\n";
+                << "\" in --sections (transport, apply, e2e, memory)\n";
       return 2;
     }
   }
@@ -131,6 +135,7 @@ int BenchCommand::Run(const std::string& self) const {
     if (s == "transport") emit(bench::TransportTables(o));
     if (s == "apply") emit(bench::ApplyTables(o));
     if (s == "e2e") emit(bench::EndToEndTables(o));
+    if (s == "memory") emit(bench::MemoryTables(o));
   }
   const std::string end = absl::StrCat("Load average at the end: ", Load(), "\n");
   std::cout << end;

@@ -2,7 +2,7 @@
 // measured in the same run and reported as the ratio to it: push+pull throughput per transport
 // against a raw TCP ping-pong (and memcpy) of the same bytes, the latency of a 4 KB pull, the
 // PS's apply throughput per optimizer, and MNIST MLP examples/s through a cluster against the
-// same model trained in one process.
+// same model trained in one process, and the peak memory of a PS serving a large variable.
 #pragma once
 
 #include <string>
@@ -26,11 +26,12 @@ class BenchCommand {
   std::string out_;
   bool quick_ = false;
   std::string transports_ = "grpc,ucx";
-  std::string sections_ = "transport,apply,e2e";
+  std::string sections_ = "transport,apply,e2e,memory";
   std::string sizes_;
   std::string data_ = "data/mnist";
   std::string python_ = "/usr/bin/python3";
   std::string torch_script_ = "bench/torch_mlp.py";
+  std::string memory_baseline_;
 };
 
 }  // namespace pstrain

@@ -22,11 +22,13 @@ struct BenchOptions {
   std::string self;  // the pstrain binary
   bool quick = false;
   std::vector<std::string> transports = {"grpc", "ucx"};
-  std::vector<std::string> sections = {"transport", "apply", "e2e"};
+  std::vector<std::string> sections = {"transport", "apply", "e2e", "memory"};
   std::vector<std::string> sizes;  // transport sizes to measure ("16MB"); empty: all
   std::string data_dir = "data/mnist";
   std::string python = "/usr/bin/python3";
   std::string torch_script = "bench/torch_mlp.py";
+  // Memory section: another pstrain binary whose PS is measured alongside (empty: none).
+  std::string memory_baseline;
 };
 
 // A Markdown table; `notes` are printed under it.
@@ -101,6 +103,7 @@ class Process {
   // running).
   absl::StatusOr<int> Wait(absl::Duration timeout);
   bool Running();
+  pid_t pid() const { return pid_; }
 
  private:
   explicit Process(pid_t pid) : pid_(pid) {}
@@ -152,5 +155,8 @@ std::vector<Table> TransportTables(const BenchOptions& o);
 std::vector<Table> ApplyTables(const BenchOptions& o);
 // MNIST MLP examples/s: a cluster, one process, PyTorch (bench_e2e.cc).
 std::vector<Table> EndToEndTables(const BenchOptions& o);
+// Peak memory of a PS serving one large variable, against the variable and its slots
+// (bench_memory.cc).
+std::vector<Table> MemoryTables(const BenchOptions& o);
 
 }  // namespace pstrain::bench

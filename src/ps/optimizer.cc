@@ -48,18 +48,30 @@ std::unique_ptr<float[]> ScheduledOptimizer::Slot(int64_t n, float initial_value
 }
 
 void ScheduledOptimizer::Apply(float* weights, const float* grad, int64_t n, int64_t step) {
+  ApplyChunks(
+      weights, [grad, n](ChunkSink fn) { fn(0, grad, n); }, n, step);
+}
+
+void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) {
   assert(n == n_);
   (void)n;
   float grad_scale = 1.0f;
   if (const double clip = config_.clip_norm(); clip > 0.0) {
+    // One running sum in element order, whatever the chunks: the norm of the whole gradient.
     double sum_sq = 0.0;
-    for (int64_t i = 0; i < n_; ++i) sum_sq += static_cast<double>(grad[i]) * grad[i];
+    grad([&sum_sq](int64_t, const float* g, int64_t count) {
+      for (int64_t i = 0; i < count; ++i) sum_sq += static_cast<double>(g[i]) * g[i];
+    });
     // clip / max(norm, clip): exactly 1 (no change) unless the norm exceeds clip.
     if (const double norm = std::sqrt(sum_sq); norm > clip) {
       grad_scale = static_cast<float>(clip / norm);
     }
   }
-  Update(weights, grad, ScheduledLearningRate(config_, step), grad_scale);
+  const double lr = ScheduledLearningRate(config_, step);
+  BeginUpdate();
+  grad([&](int64_t begin, const float* g, int64_t count) {
+    Update(weights + begin, g, begin, count, lr, grad_scale);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,

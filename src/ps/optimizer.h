@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/optimizer_config.h"
@@ -55,6 +56,13 @@ class Optimizer {
   // With config.clip_norm > 0 the gradient is first scaled by clip_norm / max(norm, clip_norm),
   // norm being the L2 norm of this `grad`; `grad` itself is not modified.
   virtual void Apply(float* weights, const float* grad, int64_t n, int64_t step) = 0;
+  // As Apply, with the gradient given in consecutive chunks (a push applied from the pieces it
+  // arrived in, without a copy of its size): grad(fn) calls fn(begin, values, count) for ranges
+  // covering [0, n) in order, the same ranges and values each time (it is called once, or twice
+  // with clipping: the norm first). The result is Apply's on the whole gradient, bit for bit.
+  using ChunkSink = absl::FunctionRef<void(int64_t begin, const float* values, int64_t count)>;
+  using Chunks = absl::FunctionRef<void(ChunkSink)>;
+  virtual void ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) = 0;
   // The config's name: "sgd", "momentum", "adagrad", "adam", "rmsprop" or "ftrl".
   virtual std::string_view name() const = 0;
   // For tests and debugging: the per-element state, each slot `n` floats, named as torch names
@@ -106,15 +114,20 @@ double ScheduledLearningRate(const OptimizerConfig& config, int64_t step);
 class ScheduledOptimizer : public Optimizer {
  public:
   void Apply(float* weights, const float* grad, int64_t n, int64_t step) final;
+  void ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) final;
   std::string_view name() const final { return config_.name(); }
   const OptimizerConfig& config() const final { return config_; }
   int64_t num_elements() const { return n_; }
 
  protected:
   ScheduledOptimizer(const OptimizerConfig& config, int64_t num_elements);
-  // One update with learning rate `lr` from the gradient grad[i] * grad_scale (computed in float,
-  // as torch's in-place clipping does).
-  virtual void Update(float* weights, const float* grad, double lr, float grad_scale) = 0;
+  // Called once per update, before its Update calls (Adam counts its steps here).
+  virtual void BeginUpdate() {}
+  // The update of elements [begin, begin + count) with learning rate `lr` from the gradient
+  // grad[i] * grad_scale (computed in float, as torch's in-place clipping does); `weights` and
+  // `grad` point at element `begin`, the slots are indexed from it.
+  virtual void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+                      float grad_scale) = 0;
   static std::unique_ptr<float[]> Slot(int64_t n, float initial_value);
 
   const int64_t n_;
@@ -130,7 +143,8 @@ class SgdOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override { return {}; }
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
 };
 
 class MomentumOptimizer final : public ScheduledOptimizer {
@@ -140,7 +154,8 @@ class MomentumOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
   const double momentum_;
   const bool nesterov_;
   std::unique_ptr<float[]> buf_;  // null when momentum_ is 0; zero before the first update
@@ -153,7 +168,8 @@ class AdagradOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
   const double eps_;
   std::unique_ptr<float[]> sum_;
 };
@@ -168,7 +184,9 @@ class AdamOptimizer final : public ScheduledOptimizer {
   void set_update_count(int64_t count) override { t_ = count; }
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void BeginUpdate() override { ++t_; }
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
   const double beta1_, beta2_, eps_;
   std::unique_ptr<float[]> m_, v_;  // first and second moments, zero-initialised
   int64_t t_ = 0;
@@ -181,7 +199,8 @@ class RmsPropOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
   const double rho_, eps_, momentum_;
   std::unique_ptr<float[]> square_avg_, buf_;  // buf_ null when momentum_ is 0
 };
@@ -193,7 +212,8 @@ class FtrlOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, double lr, float grad_scale) override;
+  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale) override;
   const double l1_, l2_, power_;
   std::unique_ptr<float[]> n_acc_, z_;  // accumulator n and linear term z
 };

@@ -132,8 +132,9 @@ void FtrlKernel(float* w, const float* g, float* acc, float* z, int64_t n, float
   }
 }
 
-void SgdOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
-  SgdKernel(weights, grad, n_, grad_scale, static_cast<float>(-lr));
+void SgdOptimizer::Update(float* weights, const float* grad, int64_t, int64_t count, double lr,
+                          float grad_scale) {
+  SgdKernel(weights, grad, count, grad_scale, static_cast<float>(-lr));
 }
 
 MomentumOptimizer::MomentumOptimizer(const OptimizerConfig& config, int64_t num_elements,
@@ -142,16 +143,17 @@ MomentumOptimizer::MomentumOptimizer(const OptimizerConfig& config, int64_t num_
   if (momentum_ != 0.0) buf_ = Slot(n_, 0.0f);
 }
 
-void MomentumOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
+void MomentumOptimizer::Update(float* weights, const float* grad, int64_t begin, int64_t count,
+                               double lr, float grad_scale) {
   if (buf_ == nullptr) {  // torch: momentum 0 is plain SGD
-    SgdKernel(weights, grad, n_, grad_scale, static_cast<float>(-lr));
+    SgdKernel(weights, grad, count, grad_scale, static_cast<float>(-lr));
     return;
   }
   const float mu = static_cast<float>(momentum_), neg_lr = static_cast<float>(-lr);
   if (nesterov_) {
-    MomentumKernel<true>(weights, grad, buf_.get(), n_, grad_scale, mu, neg_lr);
+    MomentumKernel<true>(weights, grad, buf_.get() + begin, count, grad_scale, mu, neg_lr);
   } else {
-    MomentumKernel<false>(weights, grad, buf_.get(), n_, grad_scale, mu, neg_lr);
+    MomentumKernel<false>(weights, grad, buf_.get() + begin, count, grad_scale, mu, neg_lr);
   }
 }
 
@@ -166,8 +168,9 @@ AdagradOptimizer::AdagradOptimizer(const OptimizerConfig& config, int64_t num_el
       eps_(epsilon),
       sum_(Slot(n_, static_cast<float>(initial_accumulator_value))) {}
 
-void AdagradOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
-  AdagradKernel(weights, grad, sum_.get(), n_, grad_scale, static_cast<float>(eps_),
+void AdagradOptimizer::Update(float* weights, const float* grad, int64_t begin, int64_t count,
+                              double lr, float grad_scale) {
+  AdagradKernel(weights, grad, sum_.get() + begin, count, grad_scale, static_cast<float>(eps_),
                 static_cast<float>(-lr));
 }
 
@@ -182,15 +185,15 @@ AdamOptimizer::AdamOptimizer(const OptimizerConfig& config, int64_t num_elements
       m_(Slot(n_, 0.0f)),
       v_(Slot(n_, 0.0f)) {}
 
-void AdamOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
-  ++t_;
+void AdamOptimizer::Update(float* weights, const float* grad, int64_t begin, int64_t count,
+                           double lr, float grad_scale) {
   const double t = static_cast<double>(t_);
   const double bias_correction1 = 1.0 - std::pow(beta1_, t);
   const double bias_correction2 = 1.0 - std::pow(beta2_, t);
-  AdamKernel(weights, grad, m_.get(), v_.get(), n_, grad_scale, static_cast<float>(1.0 - beta1_),
-             static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_),
-             static_cast<float>(std::sqrt(bias_correction2)), static_cast<float>(eps_),
-             static_cast<float>(-lr / bias_correction1));
+  AdamKernel(weights, grad, m_.get() + begin, v_.get() + begin, count, grad_scale,
+             static_cast<float>(1.0 - beta1_), static_cast<float>(beta2_),
+             static_cast<float>(1.0 - beta2_), static_cast<float>(std::sqrt(bias_correction2)),
+             static_cast<float>(eps_), static_cast<float>(-lr / bias_correction1));
 }
 
 Slots AdamOptimizer::slots() const { return {{"exp_avg", m_.get()}, {"exp_avg_sq", v_.get()}}; }
@@ -205,8 +208,10 @@ RmsPropOptimizer::RmsPropOptimizer(const OptimizerConfig& config, int64_t num_el
   if (momentum_ > 0.0) buf_ = Slot(n_, 0.0f);
 }
 
-void RmsPropOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
-  RmsPropKernel(weights, grad, square_avg_.get(), buf_.get(), n_, grad_scale,
+void RmsPropOptimizer::Update(float* weights, const float* grad, int64_t begin, int64_t count,
+                              double lr, float grad_scale) {
+  RmsPropKernel(weights, grad, square_avg_.get() + begin,
+                buf_ == nullptr ? nullptr : buf_.get() + begin, count, grad_scale,
                 static_cast<float>(rho_), static_cast<float>(1.0 - rho_), static_cast<float>(eps_),
                 static_cast<float>(momentum_), static_cast<float>(-lr));
 }
@@ -227,8 +232,10 @@ FtrlOptimizer::FtrlOptimizer(const OptimizerConfig& config, int64_t num_elements
       n_acc_(Slot(n_, static_cast<float>(initial_accumulator_value))),
       z_(Slot(n_, 0.0f)) {}
 
-void FtrlOptimizer::Update(float* weights, const float* grad, double lr, float grad_scale) {
-  FtrlKernel(weights, grad, n_acc_.get(), z_.get(), n_, grad_scale, lr, l1_, l2_, power_);
+void FtrlOptimizer::Update(float* weights, const float* grad, int64_t begin, int64_t count,
+                           double lr, float grad_scale) {
+  FtrlKernel(weights, grad, n_acc_.get() + begin, z_.get() + begin, count, grad_scale, lr, l1_, l2_,
+             power_);
 }
 
 Slots FtrlOptimizer::slots() const { return {{"accumulator", n_acc_.get()}, {"linear", z_.get()}}; }

@@ -26,6 +26,7 @@
 #include "common/limits.h"
 #include "ps/consistency.h"
 #include "ps/embedding_table.h"
+#include "ps/gradient_chunks.h"
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
 #include "ps/snapshot.h"
@@ -165,6 +166,9 @@ class ParameterServerImpl final : public ParameterServer {
                  int64_t max_bytes, std::function<void(absl::Status)> done) override;
   absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
                     PushResponse* resp) override;
+  absl::Status PushPieces(const PushRequest& req,
+                          absl::Span<const absl::Span<const ConstBytes>> out_of_line,
+                          PushResponse* resp) override;
   absl::StatusOr<int64_t> VariableBytes(const std::string& name) override;
   absl::Status CreateTables(const CreateTablesRequest& req, CreateTablesResponse* resp) override;
   void LookupAsync(const LookupRequest& req, LookupResponse* resp,
@@ -232,8 +236,12 @@ class ParameterServerImpl final : public ParameterServer {
   // Applies one validated gradient under the variable's lock (watermark check included); says
   // in `result` what it did. Returns the variable's version after this gradient, read under the
   // same lock.
-  uint64_t ApplyOne(Variable* var, const Gradient& g, const float* grad, const PushContext& ctx,
-                    ApplyResult* result);
+  // Push with gradient i's bytes in pieces[i]: out of line, or the message's own data.
+  absl::Status PushGradients(const PushRequest& req,
+                             absl::Span<const absl::Span<const ConstBytes>> pieces,
+                             PushResponse* resp, bool out_of_line = false);
+  uint64_t ApplyOne(Variable* var, const Gradient& g, const GradientChunks& grad,
+                    const PushContext& ctx, ApplyResult* result);
   // sync: applies the accumulated step if it has enough gradients; returns whether it did.
   bool MaybeApplyStep(Variable* var) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
   // sync: MaybeApplyStep on every variable, after a worker stopped counting.

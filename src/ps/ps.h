@@ -108,6 +108,12 @@ class ParameterServer {
   // out_of_line does not hold one entry per gradient); the checks are the same.
   virtual absl::Status Push(const PushRequest& req, absl::Span<const ConstBytes> out_of_line,
                             PushResponse* resp) = 0;
+  // As Push with out_of_line, gradient i's bytes being the pieces out_of_line[i] in order (a
+  // tensor as gRPC received it, in several slices at any alignment). The pieces are checked and
+  // applied where they lie, in bounded chunks, so a push needs no copy of its size.
+  virtual absl::Status PushPieces(const PushRequest& req,
+                                  absl::Span<const absl::Span<const ConstBytes>> out_of_line,
+                                  PushResponse* resp) = 0;
   // Bytes of the named variable's values; NotFound naming it otherwise (DataHandler).
   virtual absl::StatusOr<int64_t> VariableBytes(const std::string& name) = 0;
   absl::Status Push(const PushRequest& req, PushResponse* resp) { return Push(req, {}, resp); }

@@ -115,8 +115,8 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
       r.update_count = var->optimizer->update_count();
       r.optimizer = std::string(var->optimizer->name());
       r.optimizer_config = var->optimizer->config().SerializeAsString();
-      r.values.assign(var->values.begin(), var->values.end());
-      const int64_t n = static_cast<int64_t>(var->values.size());
+      r.values.assign(var->values->begin(), var->values->end());
+      const int64_t n = static_cast<int64_t>(var->values->size());
       const auto slots = var->optimizer->slots();
       r.slots.resize(slots.size());
       for (size_t j = 0; j < slots.size(); ++j) {
@@ -204,7 +204,7 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     const auto slots = vars[i]->optimizer->mutable_slots();
     for (int j = 0; j < v.slots_size(); ++j) {
       const float* data = *TensorData(v.slots(j).value(), vars[i]->shape, "slot");
-      std::memcpy(slots[j].second, data, vars[i]->values.size() * sizeof(float));
+      std::memcpy(slots[j].second, data, vars[i]->values->size() * sizeof(float));
     }
     vars[i]->applied.Replace(v.applied());
   }

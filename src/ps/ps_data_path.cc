@@ -36,30 +36,6 @@ int64_t FirstNonFinite(const float* p, int64_t n) {
   return -1;
 }
 
-// The float32 values of a checked gradient: its own bytes, or 16-bit ones widened into a
-// pooled buffer kept in `widened` (so a warm PS allocates nothing for them).
-static absl::StatusOr<const float*> AsFloats(const GradientBytes& g,
-                                             std::vector<BufferPool::Buffer>* widened) {
-  if (g.dtype == DT_FLOAT) return static_cast<const float*>(g.data);
-  try {
-    BufferPool::Buffer out =
-        BufferPool::Shared().Get(g.elements * static_cast<int64_t>(sizeof(float)));
-    float* f = static_cast<float*>(out.data());
-    const auto* in = static_cast<const uint16_t*>(g.data);
-    if (g.dtype == DT_HALF) {
-      HalfToFloat(in, f, g.elements);
-    } else {
-      Bfloat16ToFloat(in, f, g.elements);
-    }
-    widened->push_back(std::move(out));
-    return f;
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("not enough memory to widen a ",
-                                                     DataType_Name(g.dtype), " gradient of ",
-                                                     g.elements, " elements to float32"));
-  }
-}
-
 absl::StatusOr<int64_t> ParameterServerImpl::VariableBytes(const std::string& name) {
   absl::StatusOr<VariablePtr> var = Find(name);
   if (!var.ok()) return var.status();
@@ -170,14 +146,15 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
         out->set_name((*names)[i]);
         out->set_version(var->version);
         if (!sink) {
-          EncodeTensor(var->shape, var->values.data(), out->mutable_value());
+          EncodeTensor(var->shape, var->values->data(), out->mutable_value());
           continue;
         }
         TensorProto* value = out->mutable_value();
         value->set_dtype(DT_FLOAT);
         value->mutable_shape()->Assign(var->shape.begin(), var->shape.end());
-        if (absl::Status sunk = sink(static_cast<int>(i), var->values.data(),
-                                     static_cast<int64_t>(var->values.size()));
+        // The sink may keep the values instead of copying them: a push meanwhile updates a copy.
+        if (absl::Status sunk = sink(static_cast<int>(i), var->values->data(),
+                                     static_cast<int64_t>(var->values->size()), var->values);
             !sunk.ok()) {
           resp->Clear();
           return done(sunk);
@@ -196,12 +173,39 @@ void ParameterServerImpl::PullAsync(const PullRequest& req, PullResponse* resp,
 absl::Status ParameterServerImpl::Push(const PushRequest& req,
                                        absl::Span<const ConstBytes> out_of_line,
                                        PushResponse* resp) {
+  // One piece per gradient: its out-of-line bytes, or its data in the message.
+  std::vector<ConstBytes> in_message;
+  if (out_of_line.empty()) {
+    in_message.reserve(req.gradients_size());
+    for (const Gradient& g : req.gradients()) {
+      const std::string& data = g.gradient().data();
+      in_message.push_back({data.data(), static_cast<int64_t>(data.size())});
+    }
+  }
+  const absl::Span<const ConstBytes> bytes = out_of_line.empty() ? in_message : out_of_line;
+  std::vector<absl::Span<const ConstBytes>> pieces;
+  pieces.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) pieces.push_back(bytes.subspan(i, 1));
+  if (out_of_line.empty()) return PushGradients(req, pieces, resp);
+  return PushPieces(req, pieces, resp);
+}
+
+absl::Status ParameterServerImpl::PushPieces(
+    const PushRequest& req, absl::Span<const absl::Span<const ConstBytes>> out_of_line,
+    PushResponse* resp) {
   resp->Clear();
-  if (!out_of_line.empty() && out_of_line.size() != static_cast<size_t>(req.gradients_size())) {
+  if (out_of_line.size() != static_cast<size_t>(req.gradients_size())) {
     return absl::InvalidArgumentError(absl::StrCat("push of ", req.gradients_size(),
                                                    " gradients with the data of ",
                                                    out_of_line.size(), " out of line"));
   }
+  return PushGradients(req, out_of_line, resp, /*out_of_line=*/true);
+}
+
+absl::Status ParameterServerImpl::PushGradients(
+    const PushRequest& req, absl::Span<const absl::Span<const ConstBytes>> pieces,
+    PushResponse* resp, bool out_of_line) {
+  resp->Clear();
   if (absl::Status s = CheckPushRequest(
           req, [](const Gradient& g) -> const std::string& { return g.name(); }, "push", "variable",
           kMaxVariablesPerRequest);
@@ -212,31 +216,40 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req,
   const int task = ctx.task;
   const uint64_t incarnation = ctx.incarnation;
 
-  // Validate everything first. What is checked cannot become invalid before the apply below:
-  // shapes are fixed, the gradient belongs to the request, and versions only grow.
+  // Validate everything first, the whole of every gradient scanned for non-finite values before
+  // anything is applied. What is checked cannot become invalid before the apply below: shapes
+  // are fixed, the gradient belongs to the request, and versions only grow.
   const int n = req.gradients_size();
   std::vector<VariablePtr> vars(n);
-  std::vector<const float*> grads(n);
-  std::vector<BufferPool::Buffer> widened;  // float32 copies of 16-bit gradients
+  std::vector<GradientChunks> grads(n);
   for (int i = 0; i < n; ++i) {
     const Gradient& g = req.gradients(i);
     std::string what = absl::StrCat("gradient for variable ", Quoted(g.name()));
     absl::StatusOr<VariablePtr> var = Find(g.name());
     if (!var.ok()) return var.status();
     const TensorProto& t = g.gradient();
-    absl::StatusOr<GradientBytes> bytes =
-        out_of_line.empty()
-            ? GradientData(t, t.data().data(), static_cast<int64_t>(t.data().size()), (*var)->shape,
-                           what)
-            : GradientData(t, out_of_line[i].data, out_of_line[i].size, (*var)->shape, what);
+    int64_t size = 0;
+    for (const ConstBytes& piece : pieces[i]) size += piece.size;
+    const void* first = !out_of_line        ? t.data().data()
+                        : pieces[i].empty() ? nullptr
+                                            : pieces[i][0].data;
+    absl::StatusOr<GradientBytes> bytes = GradientData(t, first, size, (*var)->shape, what);
     if (!bytes.ok()) return bytes.status();
     if (bytes->dtype != DT_FLOAT) absl::StrAppend(&what, " (", DataType_Name(bytes->dtype), ")");
-    absl::StatusOr<const float*> data = AsFloats(*bytes, &widened);
-    if (!data.ok()) return data.status();
-    if (int64_t bad = FirstNonFinite(*data, bytes->elements); bad >= 0) {
+    const GradientChunks chunks(bytes->dtype, pieces[i], bytes->elements);
+    int64_t bad = -1;
+    float bad_value = 0;
+    chunks.ForEach([&](int64_t begin, const float* v, int64_t count) {
+      if (bad >= 0) return;
+      if (const int64_t at = FirstNonFinite(v, count); at >= 0) {
+        bad = begin + at;
+        bad_value = v[at];
+      }
+    });
+    if (bad >= 0) {
       consistency_.counters.nonfinite_rejected++;
       return absl::InvalidArgumentError(
-          absl::StrCat(what, " has a non-finite value (", (*data)[bad], ") at index ", bad));
+          absl::StrCat(what, " has a non-finite value (", bad_value, ") at index ", bad));
     }
     {
       absl::ReaderMutexLock lock(&(*var)->mu);
@@ -256,7 +269,7 @@ absl::Status ParameterServerImpl::Push(const PushRequest& req,
       }
     }
     vars[i] = *std::move(var);
-    grads[i] = *data;
+    grads[i] = chunks;
   }
 
   consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
@@ -280,17 +293,19 @@ void ParameterServerImpl::CountPush(const Sender& sender, const ApplyResult& any
 
 // The watermark is checked and committed under the variable's lock, with the update it stands
 // for: a checkpoint's copy (which takes the same lock) sees both or neither.
-uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const float* grad,
+uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const GradientChunks& grad,
                                        const PushContext& ctx, ApplyResult* result) {
   absl::MutexLock lock(&var->mu);
-  const int64_t n = static_cast<int64_t>(var->values.size());
+  const int64_t n = static_cast<int64_t>(var->values->size());
   const bool duplicate = ctx.tag != nullptr && var->applied.IsDuplicate(*ctx.tag);
   if (ctx.mode != Mode::kSync) {
     if (duplicate) {
       result->duplicate = true;
       return var->version;
     }
-    var->optimizer->Apply(var->values.data(), grad, n, static_cast<int64_t>(var->version));
+    var->optimizer->ApplyChunks(
+        var->MutableValues(), [&grad](Optimizer::ChunkSink fn) { grad.ForEach(fn); }, n,
+        static_cast<int64_t>(var->version));
     ++var->version;
     if (ctx.tag != nullptr) var->applied.Commit(*ctx.tag);
     consistency_.counters.pushes_applied++;
@@ -319,7 +334,9 @@ uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const f
   } else {
     if (var->accum.empty()) var->accum.assign(n, 0.0f);
     float* acc = var->accum.data();
-    for (int64_t j = 0; j < n; ++j) acc[j] += grad[j];
+    grad.ForEach([acc](int64_t begin, const float* v, int64_t count) {
+      for (int64_t j = 0; j < count; ++j) acc[begin + j] += v[j];
+    });
     ++var->added;
     if (ctx.tag != nullptr) var->applied.AddToStep(*ctx.tag);
     consistency_.counters.pushes_applied++;
@@ -335,11 +352,11 @@ bool ParameterServerImpl::MaybeApplyStep(Variable* var) {
   }
   // The average of the gradients added; a step of duplicates only advances without an update.
   if (var->added > 0) {
-    const int64_t n = static_cast<int64_t>(var->values.size());
+    const int64_t n = static_cast<int64_t>(var->values->size());
     float* acc = var->accum.data();
     const float scale = 1.0f / static_cast<float>(var->added);
     for (int64_t j = 0; j < n; ++j) acc[j] *= scale;
-    var->optimizer->Apply(var->values.data(), acc, n, static_cast<int64_t>(var->version));
+    var->optimizer->Apply(var->MutableValues(), acc, n, static_cast<int64_t>(var->version));
     std::fill(var->accum.begin(), var->accum.end(), 0.0f);
     consistency_.counters.updates_applied++;
   }

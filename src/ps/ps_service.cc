@@ -50,7 +50,7 @@ using Base = ParameterServerService::WithRawCallbackMethod_Configure<
 struct PullCall {
   PullRequest req;
   PullResponse resp;
-  std::vector<BufferPool::Buffer> data;  // value i's floats
+  std::vector<LentBytes> data;  // value i's floats, the variable's own
 };
 
 struct PushCall {
@@ -79,9 +79,18 @@ class ParameterServerServiceImpl final : public Base {
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* ctx, const Raw* req,
                                             Raw* resp) override {
-    return ServeRaw<CreateVariablesRequest, CreateVariablesResponse>(
-        ctx, req, resp, "CreateVariables",
-        [this](const auto& q, auto* r, FinishFn done) { done(ps_->CreateVariables(q, r)); });
+    // The received bytes are let go once parsed, before the variables are built: creating a
+    // large variable then holds two copies of its initial value at most (the parsed one and the
+    // variable's own), not three.
+    return ServeBytes(ctx, req, resp, "CreateVariables", [this, req, resp](FinishFn finish) {
+      CreateVariablesRequest q;
+      if (absl::Status s = ParseRequest(*req, "CreateVariables", &q); !s.ok()) return finish(s);
+      const_cast<Raw*>(req)->Clear();  // the call's own buffer, read only above
+      CreateVariablesResponse r;
+      absl::Status s = ps_->CreateVariables(q, &r);
+      if (s.ok()) s = SerializeResponse(r, "CreateVariables", resp);
+      finish(s);
+    });
   }
 
   grpc::ServerUnaryReactor* DeleteVariables(grpc::CallbackServerContext* ctx, const Raw* req,
@@ -92,22 +101,22 @@ class ParameterServerServiceImpl final : public Base {
   }
 
   // A pull may wait (sync step, ssp clock): the reactor is finished from whichever thread
-  // releases it. Each value's floats are copied once, under its variable's lock, into a pooled
-  // buffer, which the response's slices then point at (transport/grpc_wire.h) until gRPC has
-  // sent them; the call's state lives in `call` until then. `resp` stays valid until Finish.
+  // releases it. Each value is sent from the variable's own floats, which the PS lends (a push
+  // meanwhile updates a copy): the response's slices point at them (transport/grpc_wire.h)
+  // until gRPC has sent them; the call's state lives in `call` until then. `resp` stays valid
+  // until Finish.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
     return ServeBytes(ctx, req, resp, "Pull", [this, req, resp](FinishFn finish) {
       auto call = std::make_shared<PullCall>();
       if (absl::Status s = ParseRequest(*req, "Pull", &call->req); !s.ok()) return finish(s);
       call->data.resize(call->req.names_size());
-      auto sink = [call](int i, const float* values, int64_t count) {
-        const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-        call->data[i] = BufferPool::Shared().Get(bytes);
-        if (bytes > 0) std::memcpy(call->data[i].data(), values, bytes);
+      auto sink = [call](int i, const float* values, int64_t count,
+                         const std::shared_ptr<const void>& keep) {
+        call->data[i] = {{values, count * static_cast<int64_t>(sizeof(float))}, keep};
         return absl::OkStatus();
       };
-      // One message: a pull past it is refused before anything is copied (the client splits
+      // One message: a pull past it is refused before anything is lent (the client splits
       // its pulls, and streams a shard that passes one message).
       ps_->PullAsync(call->req, &call->resp, std::move(sink), kMaxPayloadBytes,
                      [call, resp, finish = std::move(finish)](absl::Status s) {
@@ -118,7 +127,7 @@ class ParameterServerServiceImpl final : public Base {
     });
   }
 
-  // A push's tensors stay in the received slices (or one pooled copy each) until it is applied,
+  // A push's tensors stay in the received slices (or a small pooled copy) until it is applied,
   // which may be later on another thread (after a checkpoint's freeze): `call` keeps them.
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const Raw* req,
                                  Raw* resp) override {
@@ -129,7 +138,7 @@ class ParameterServerServiceImpl final : public Base {
         return finish(s);
       }
       ps_->AfterFreeze([this, call, resp, finish = std::move(finish)] {
-        absl::Status s = ps_->Push(call->payload.head, call->payload.data, &call->resp);
+        absl::Status s = ps_->PushPieces(call->payload.head, call->payload.pieces, &call->resp);
         if (s.ok()) s = SerializeResponse(call->resp, "Push", resp);
         finish(s);
       });

@@ -2,10 +2,10 @@
 // DataHandler, on gRPC's callback API with raw messages (transport/stream_chunks.h).
 //
 // Memory: a push holds each gradient once, in a buffer sized from its variable (never from the
-// request's claim) and filled chunk by chunk straight from gRPC's slices; a pull copies each
-// value once, under its variable's lock, and sends chunks as slices over that copy, releasing it
-// as soon as its last chunk is written. The copy keeps the lock for a memcpy only: sending from
-// the variable itself would hold it (and every push to it) for as long as the client reads.
+// request's claim) and filled chunk by chunk straight from gRPC's slices (it is applied only once
+// all of it arrived, so a gradient with a non-finite value changes nothing); a pull sends chunks
+// as slices over the variable's own values, which the PS lends without its lock (a push
+// meanwhile updates a copy of the variable), letting go as soon as the last chunk is written.
 
 #include <algorithm>
 #include <cstring>
@@ -24,6 +24,7 @@
 #include "common/rpc.h"
 #include "stream.grpc.pb.h"
 #include "transport/grpc_stream.h"
+#include "transport/grpc_wire.h"
 #include "transport/stream_chunks.h"
 
 namespace pstrain {
@@ -169,7 +170,10 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     // The PS calls the sink and `done` before this reactor can end (it ends only through End).
     handler->Pull(
-        req_, &resp_, [this](int i, const float* v, int64_t n) { return Sink(i, v, n); },
+        req_, &resp_,
+        [this](int i, const float* v, int64_t n, const std::shared_ptr<const void>& keep) {
+          return Sink(i, v, n, keep);
+        },
         [this](absl::Status s) { Served(s); });
   }
 
@@ -180,28 +184,24 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override { delete this; }
 
  private:
-  // Under the variable's lock: one copy of its values, sent from after the lock is released.
-  absl::Status Sink(int index, const float* values, int64_t count) {
-    if (index != static_cast<int>(blocks_.size())) {
+  // Under the variable's lock: the variable's own values, lent until their last chunk is sent.
+  absl::Status Sink(int index, const float* values, int64_t count,
+                    const std::shared_ptr<const void>& keep) {
+    if (index != static_cast<int>(values_.size())) {
       return absl::InternalError("the PS gave a pull's values out of order");
     }
-    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-    absl::StatusOr<std::shared_ptr<Block>> block =
-        Allocate(bytes, absl::StrCat("a streamed copy of variable '", req_.names(index), "'"));
-    if (!block.ok()) return block.status();
-    if (bytes > 0) std::memcpy((*block)->bytes.get(), values, bytes);
-    blocks_.push_back(*std::move(block));
+    values_.push_back({{values, count * static_cast<int64_t>(sizeof(float))}, keep});
     return absl::OkStatus();
   }
 
   void Served(absl::Status s) {
-    if (s.ok() && blocks_.size() != static_cast<size_t>(resp_.values_size())) {
+    if (s.ok() && values_.size() != static_cast<size_t>(resp_.values_size())) {
       s = absl::InternalError("the PS answered a pull without every value");
     }
     if (!s.ok()) return End(s);
     std::vector<int64_t> sizes;
     std::vector<std::string> names;
-    for (const auto& b : blocks_) sizes.push_back(b->size);
+    for (const LentBytes& v : values_) sizes.push_back(v.bytes.size);
     for (const VariableValue& v : resp_.values()) names.push_back(v.name());
     order_.emplace(std::move(sizes), std::move(names));
     out_ = stream_chunks::HeadChunk(resp_);
@@ -210,18 +210,22 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void WriteNext() {
-    // Values already sent are freed here; a slice still held by gRPC keeps its block alive.
-    while (released_ < blocks_.size() && released_ < next_index_) blocks_[released_++].reset();
+    // Values already sent are let go here; a slice still held by gRPC keeps its own reference.
+    while (released_ < values_.size() && released_ < next_index_) values_[released_++].keep.reset();
     int index;
     int64_t offset, size;
     if (!order_->Next(&index, &offset, &size)) {
-      blocks_.clear();
+      values_.clear();
       return End(absl::OkStatus());
     }
     next_index_ = index;
-    auto* ref = new std::shared_ptr<Block>(blocks_[index]);
-    grpc::Slice data((*ref)->bytes.get() + offset, size,
-                     [](void* p) { delete static_cast<std::shared_ptr<Block>*>(p); }, ref);
+    const LentBytes& v = values_[index];
+    auto* ref = new std::shared_ptr<const void>(v.keep);
+    // Only read: gRPC sends it.
+    char* bytes = static_cast<char*>(const_cast<void*>(v.bytes.data));
+    grpc::Slice data(
+        bytes + offset, size, [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); },
+        ref);
     out_ = stream_chunks::DataChunk(index, offset, std::move(data));
     response_bytes_ += size;
     StartWrite(&out_);
@@ -236,7 +240,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const absl::Time start_ = absl::Now();
   PullRequest req_;
   PullResponse resp_;
-  std::vector<std::shared_ptr<Block>> blocks_;  // one copy per value, until sent
+  std::vector<LentBytes> values_;  // the variables' own values, until sent
   std::optional<ChunkOrder> order_;
   size_t next_index_ = 0;  // the value being sent
   size_t released_ = 0;    // values before this one were freed

@@ -1,5 +1,6 @@
 #include "transport/grpc_wire.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -102,6 +103,7 @@ class PushReader {
       }
       Fields& g = grads.emplace_back();
       out_->data.emplace_back();
+      out_->ranges.emplace_back();
       return ReadNested(in_, [&](int) {
         return ReadFields(in_, kGradientTensor, &g.grad, [&] {
           g.has_tensor = true;
@@ -126,9 +128,11 @@ class PushReader {
 
  private:
   // The data, last occurrence winning as for any singular field: in place when the current
-  // slice holds all of it at an address floats can be read from, else copied once.
+  // slice holds all of it at an address floats can be read from, else copied once if small, else
+  // left in place as one piece per slice.
   bool ReadData(int len) {
     ConstBytes& bytes = out_->data.back();
+    out_->ranges.back() = {};
     const void* ptr = nullptr;
     int avail = 0;
     if (len == 0) {
@@ -139,6 +143,20 @@ class PushReader {
         reinterpret_cast<uintptr_t>(ptr) % alignof(float) == 0) {
       bytes = {ptr, len};
       return in_->Skip(len);
+    }
+    if (len >= PushPayload::kCopyBelowBytes) {
+      bytes = {};
+      PushPayload::Range& range = out_->ranges.back();
+      range.begin = out_->piece_store.size();
+      while (len > 0) {
+        if (!in_->GetDirectBufferPointer(&ptr, &avail) || avail <= 0) return false;
+        const int take = std::min(avail, len);
+        out_->piece_store.push_back({ptr, take});
+        if (!in_->Skip(take)) return false;
+        len -= take;
+      }
+      range.count = out_->piece_store.size() - range.begin;
+      return true;
     }
     BufferPool::Buffer copy = pool_->Get(len);
     if (!in_->ReadRaw(copy.data(), len)) return false;
@@ -172,6 +190,8 @@ size_t LengthFieldBytes(int field, size_t len) {
          CodedOutputStream::VarintSize64(len) + len;
 }
 
+void DropKeep(void* keep) { delete static_cast<std::shared_ptr<const void>*>(keep); }
+
 }  // namespace
 
 absl::Status ReadPushRequest(const grpc::ByteBuffer& raw, absl::string_view method,
@@ -197,10 +217,17 @@ absl::Status ReadPushRequest(const grpc::ByteBuffer& raw, absl::string_view meth
     }
     return bad();
   }
+  // The pieces point into piece_store only now that it no longer grows.
+  out->pieces.reserve(out->data.size());
+  for (size_t i = 0; i < out->data.size(); ++i) {
+    const PushPayload::Range& r = out->ranges[i];
+    out->pieces.push_back(r.count == 0 ? absl::MakeConstSpan(&out->data[i], 1)
+                                       : absl::MakeConstSpan(&out->piece_store[r.begin], r.count));
+  }
   return absl::OkStatus();
 }
 
-absl::Status WritePullResponse(const PullResponse& resp, std::vector<BufferPool::Buffer> data,
+absl::Status WritePullResponse(const PullResponse& resp, std::vector<LentBytes> data,
                                absl::string_view method, grpc::ByteBuffer* out) {
   if (data.size() != static_cast<size_t>(resp.values_size())) {
     return absl::InvalidArgumentError(absl::StrCat(method, " response of ", resp.values_size(),
@@ -214,7 +241,7 @@ absl::Status WritePullResponse(const PullResponse& resp, std::vector<BufferPool:
   size_t total = 0;
   for (int i = 0; i < resp.values_size(); ++i) {
     const VariableValue& v = resp.values(i);
-    const size_t n = static_cast<size_t>(data[i].size());
+    const size_t n = static_cast<size_t>(data[i].bytes.size);
     if (!v.value().data().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(method, " response value ", i, " has its data in the message"));
@@ -250,10 +277,12 @@ absl::Status WritePullResponse(const PullResponse& resp, std::vector<BufferPool:
   for (size_t i = 0; i < data.size(); ++i) {
     slices.emplace_back(grpc_slice_sub(all.c_slice(), begin, head_end[i]), grpc::Slice::STEAL_REF);
     begin = head_end[i];
-    if (data[i].size() == 0) continue;
-    void* bytes = data[i].data();
-    const size_t n = static_cast<size_t>(data[i].size());
-    slices.emplace_back(bytes, n, &BufferPool::Buffer::Recycle, data[i].Release());
+    if (data[i].bytes.size == 0) continue;
+    void* bytes = const_cast<void*>(data[i].bytes.data);  // only read: gRPC sends it
+    const size_t n = static_cast<size_t>(data[i].bytes.size);
+    // The slice holds the owner's `keep` until gRPC has sent it.
+    auto* keep = new std::shared_ptr<const void>(std::move(data[i].keep));
+    slices.emplace_back(bytes, n, &DropKeep, keep);
   }
   grpc::ByteBuffer result(slices.data(), slices.size());
   out->Swap(&result);

@@ -77,9 +77,13 @@ class DataHandler {
   // stay valid until `done`.
   virtual void Push(const PushRequest& head, absl::Span<const ConstBytes> grads, PushResponse* resp,
                     DoneFn done) = 0;
-  // As ParameterServer::PullAsync with a sink: sink(i, values, count) receives value i's floats
-  // under its variable's lock (copy them out before returning), and resp's values carry no data.
-  using PullSink = std::function<absl::Status(int index, const float* values, int64_t count)>;
+  // As ParameterServer::PullAsync with a sink: sink(i, values, count, keep) receives value i's
+  // floats under its variable's lock, and resp's values carry no data. The floats stay valid and
+  // unchanged for as long as a copy of `keep` lives (an update meanwhile writes a copy of the
+  // variable), so a sink may send straight from them, after the lock, by holding `keep`; holding
+  // it costs an update to that variable a copy of it, so a sink lets go once the bytes are sent.
+  using PullSink = std::function<absl::Status(int index, const float* values, int64_t count,
+                                              const std::shared_ptr<const void>& keep)>;
   virtual void Pull(const PullRequest& req, PullResponse* resp, PullSink sink, DoneFn done) = 0;
   // Bytes of the named variable's float32 values (NotFound naming it otherwise): what a streamed
   // push's head is checked against before its bytes are taken, so a head's claim cannot make the

@@ -47,7 +47,10 @@ struct ServerCall {
   PullRequest pull;
   PullResponse pull_resp;
   std::vector<ConstBytes> grads;
-  std::vector<BufferPool::Buffer> values;  // pulled value i, copied out under its lock
+  // Pulled value i: the variable's own floats, lent by the PS (DataHandler::PullSink) and held
+  // by keeps[i] until the call ends.
+  std::vector<const float*> values;
+  std::vector<std::shared_ptr<const void>> keeps;
   std::vector<int64_t> counts;
   WireResponse out;
   std::string meta;  // status message + response head
@@ -263,18 +266,19 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
                     absl::InvalidArgumentError("a UCX Pull whose PullRequest does not parse"));
     }
     call->values.resize(call->pull.names_size());
+    call->keeps.resize(call->pull.names_size());
     call->counts.resize(call->pull.names_size());
-    // Inline: a pull only copies values out (or waits without a thread, in sync and ssp), and
+    // Inline: a pull only takes the values (or waits without a thread, in sync and ssp), and
     // a small pull's round trip is mostly thread hand-offs.
     RunHandler(true, [call] {
       call->server->handler_->Pull(
           call->pull, &call->pull_resp,
-          [call](int i, const float* v, int64_t n) {
+          [call](int i, const float* v, int64_t n, const std::shared_ptr<const void>& keep) {
             if (i < 0 || i >= static_cast<int>(call->values.size()) || n < 0) {
               return absl::InternalError(absl::StrCat("pull sink index ", i, " out of range"));
             }
-            call->values[i] = BufferPool::Shared().Get(static_cast<int64_t>(n * sizeof(float)));
-            std::memcpy(call->values[i].data(), v, n * sizeof(float));
+            call->values[i] = v;
+            call->keeps[i] = keep;
             call->counts[i] = n;
             return absl::OkStatus();
           },
@@ -312,7 +316,7 @@ void UcxServerImpl::Finish(ServerCall* call, const absl::Status& status) {
   if (status.ok() && pull) {
     for (size_t i = 0; i < call->values.size(); ++i) {
       const size_t n = call->counts[i] * sizeof(float);
-      if (n > 0) call->iov.push_back({call->values[i].data(), n});
+      if (n > 0) call->iov.push_back({const_cast<float*>(call->values[i]), n});  // only read
       tensor_bytes += n;
     }
   }
