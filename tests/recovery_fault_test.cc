@@ -56,6 +56,20 @@ class RecoveryFaultTest : public ProcessTest, public ::testing::WithParamInterfa
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
+  // The two PS and two workers, started.
+  struct Others {
+    Proc ps0, ps1, w0, w1;
+  };
+  Others StartOthers() {
+    return {StartTagged(Server("ps", 0)), StartTagged(Server("ps", 1)),
+            StartTagged(Server("worker", 0)), StartTagged(Server("worker", 1))};
+  }
+  // Kills ps:1 with SIGKILL and starts it again.
+  Proc RestartPs1(const Proc& ps1) {
+    kill(ps1.pid, SIGKILL);
+    EXPECT_EQ(Wait(ps1, 10).exit_code, 128 + SIGKILL);
+    return StartTagged(Server("ps", 1));
+  }
   // Waits up to 60 s for a checkpoint under ckpt_ (a ckpt-* directory with its manifest).
   bool WaitForCheckpoint() const {
     for (int i = 0; i < 600; ++i) {
@@ -95,15 +109,10 @@ class RecoveryFaultTest : public ProcessTest, public ::testing::WithParamInterfa
 
 TEST_P(RecoveryFaultTest, APsKilledAndRestartedRollsTheJobBackToItsCheckpoint) {
   Proc chief = StartTagged(Server("chief", 0, ChiefFlags({"--checkpoint_dir", ckpt_})));
-  Proc ps0 = StartTagged(Server("ps", 0));
-  Proc ps1 = StartTagged(Server("ps", 1));
-  Proc w0 = StartTagged(Server("worker", 0));
-  Proc w1 = StartTagged(Server("worker", 1));
+  const Others o = StartOthers();
   ASSERT_TRUE(WaitForCheckpoint()) << ReadFile(chief.err_path);
-  kill(ps1.pid, SIGKILL);
-  EXPECT_EQ(Wait(ps1, 10).exit_code, 128 + SIGKILL);
-  Proc ps1b = StartTagged(Server("ps", 1));
-  nlohmann::json j = Finish(chief, {ps0, ps1b, w0, w1});
+  const Proc ps1b = RestartPs1(o.ps1);
+  nlohmann::json j = Finish(chief, {o.ps0, ps1b, o.w0, o.w1});
   ExpectRecovered(j);
   EXPECT_EQ(j["rollbacks"], 1) << j.dump();
   EXPECT_EQ(j["chief_restarts"], 0) << j.dump();
@@ -116,15 +125,10 @@ TEST_P(RecoveryFaultTest, APsKilledAndRestartedRollsTheJobBackToItsCheckpoint) {
 TEST_P(RecoveryFaultTest, APsRestartedWhileTheChiefEvaluatesIsRolledBackAndEvaluatedAgain) {
   Proc chief = StartTagged(
       Server("chief", 0, ChiefFlags({"--checkpoint_dir", ckpt_, "--eval_delay_ms=2000"})));
-  Proc ps0 = StartTagged(Server("ps", 0));
-  Proc ps1 = StartTagged(Server("ps", 1));
-  Proc w0 = StartTagged(Server("worker", 0));
-  Proc w1 = StartTagged(Server("worker", 1));
+  const Others o = StartOthers();
   WaitForText(chief.err_path, "the evaluation waits", 120);
-  kill(ps1.pid, SIGKILL);
-  EXPECT_EQ(Wait(ps1, 10).exit_code, 128 + SIGKILL);
-  Proc ps1b = StartTagged(Server("ps", 1));
-  nlohmann::json j = Finish(chief, {ps0, ps1b, w0, w1});
+  const Proc ps1b = RestartPs1(o.ps1);
+  nlohmann::json j = Finish(chief, {o.ps0, ps1b, o.w0, o.w1});
   ExpectRecovered(j);
   EXPECT_EQ(j["rollbacks"], 1) << j.dump();
   EXPECT_EQ(j["tasks_redone"], 0) << j.dump();
@@ -137,17 +141,14 @@ TEST_P(RecoveryFaultTest, APsRestartedWhileTheChiefEvaluatesIsRolledBackAndEvalu
 TEST_P(RecoveryFaultTest, AChiefKilledAndRestartedResumesFromItsCheckpoint) {
   const std::vector<std::string> flags = ChiefFlags({"--resume", ckpt_});
   Proc chief = StartTagged(Server("chief", 0, flags));
-  Proc ps0 = StartTagged(Server("ps", 0));
-  Proc ps1 = StartTagged(Server("ps", 1));
-  Proc w0 = StartTagged(Server("worker", 0));
-  Proc w1 = StartTagged(Server("worker", 1));
+  const Others o = StartOthers();
   ASSERT_TRUE(WaitForCheckpoint()) << ReadFile(chief.err_path);
   kill(chief.pid, SIGKILL);
   EXPECT_EQ(Wait(chief, 10).exit_code, 128 + SIGKILL);
   std::vector<std::string> again = flags;
   again.push_back("--restarted");
   Proc chief2 = StartTagged(Server("chief", 0, again));
-  nlohmann::json j = Finish(chief2, {ps0, ps1, w0, w1});
+  nlohmann::json j = Finish(chief2, {o.ps0, o.ps1, o.w0, o.w1});
   ExpectRecovered(j);
   EXPECT_EQ(j["chief_restarts"], 1) << j.dump();
   EXPECT_EQ(j["rollbacks"], 0) << j.dump();

@@ -135,6 +135,18 @@ class PipelinePushTest : public ::testing::Test {
     return n;
   }
 
+  // One pipelined step of `model` on 3 examples, read and pushed through fresh parameters.
+  StepPushResult PipelinedStep(Model& model) {
+    std::unique_ptr<ModelParameters> params = Parameters();
+    Examples batch = Batch(3);
+    const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
+    ModelInputs in;
+    EXPECT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
+    ModelGrads grads;
+    StepPushOptions how;
+    how.pipeline = true;
+    return ComputeAndPush(model, in, batch, keys, &grads, *params, how);
+  }
   std::unique_ptr<ModelParameters> Parameters() {
     return std::make_unique<ModelParameters>(addresses_, vars_, std::vector<TableRef>{},
                                              ps_testing::Worker(0), absl::Seconds(20), nullptr);
@@ -288,15 +300,7 @@ TEST_F(PipelinePushTest, ANanInTheLayerReportedFirstPushesNothing) {
   CreateVariables(initial_);
   const std::vector<PullResponse> before = Snapshot();
   NanInjectingModel model(*Model::Create(MlpConfig()), /*bad_param=*/4);  // dense2/kernel
-  std::unique_ptr<ModelParameters> params = Parameters();
-  Examples batch = Batch(3);
-  const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
-  ModelInputs in;
-  ASSERT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
-  ModelGrads grads;
-  StepPushOptions how;
-  how.pipeline = true;
-  const StepPushResult r = ComputeAndPush(model, in, batch, keys, &grads, *params, how);
+  const StepPushResult r = PipelinedStep(model);
   EXPECT_EQ(r.nonfinite, "gradient for variable 'dense2/kernel' has nan at index 1");
   EXPECT_TRUE(r.pushed_before.empty());
   ExpectSameValues(Snapshot(), before);
@@ -308,15 +312,7 @@ TEST_F(PipelinePushTest, ANanInTheLayerReportedFirstPushesNothing) {
 TEST_F(PipelinePushTest, ABrokenPromiseStopsThePushAndNamesWhatWasApplied) {
   CreateVariables(initial_);
   NanInjectingModel model(*Model::Create(MlpConfig()), /*bad_param=*/0);  // dense0/kernel
-  std::unique_ptr<ModelParameters> params = Parameters();
-  Examples batch = Batch(3);
-  const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
-  ModelInputs in;
-  ASSERT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
-  ModelGrads grads;
-  StepPushOptions how;
-  how.pipeline = true;
-  const StepPushResult r = ComputeAndPush(model, in, batch, keys, &grads, *params, how);
+  const StepPushResult r = PipelinedStep(model);
   EXPECT_EQ(r.nonfinite, "gradient for variable 'dense0/kernel' has nan at index 1");
   EXPECT_THAT(r.pushed_before,
               ElementsAre("dense2/kernel", "dense2/bias", "dense1/kernel", "dense1/bias"));
