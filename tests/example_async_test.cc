@@ -3,9 +3,11 @@
 // rate 1 a variable ends at minus the sum of the gradients applied, which the tests compute
 // exactly (small dyadic numbers), so every push must be applied once and only once.
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "client/client.h"
+#include "common/security.h"
 #include "external_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -166,6 +168,28 @@ TEST(ClientAsyncTest, UnknownPushDtypeIsRefusedAtConnect) {
   EXPECT_TRUE(absl::IsInvalidArgument(c.status()));
   EXPECT_THAT(c.status().message(), HasSubstr("push_dtype"));
   EXPECT_THAT(c.status().message(), HasSubstr("float8"));
+}
+
+TEST(ClientAsyncTest, UnknownTransportAndUcxUnderTlsAreRefusedAtConnect) {
+  auto refused = [](const ClientOptions& o) {
+    absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+    EXPECT_FALSE(c.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+    return std::string(c.status().message());
+  };
+  const ClientOptions o{.chief = "127.0.0.1:1", .task = 0, .timeout = absl::Seconds(1)};
+  ClientOptions tcp = o;
+  tcp.transport = "tcp";
+  EXPECT_THAT(refused(tcp), HasSubstr("client options: transport: unknown transport \"tcp\""));
+  setenv("PSTRAIN_TRANSPORT", "rdma", 1);
+  EXPECT_THAT(refused(o), HasSubstr("PSTRAIN_TRANSPORT: unknown transport \"rdma\""));
+  unsetenv("PSTRAIN_TRANSPORT");
+  // UCX traffic is not encrypted: with TLS on, "ucx" is refused (and "auto" means gRPC).
+  SetSecurity(Security{.cert = "cert", .key = "key"});
+  ClientOptions ucx = o;
+  ucx.transport = "ucx";
+  EXPECT_THAT(refused(ucx), HasSubstr("ucx cannot be used with TLS"));
+  SetSecurity(Security{});
 }
 
 }  // namespace

@@ -167,10 +167,11 @@ class Cluster:
         return self.start_process("worker%d" % index, argv,
                                   self.env("worker", index, extra_env))
 
-    def connect(self, task=0, timeout=60.0):
-        """A Client of this process as worker `task`."""
+    def connect(self, task=0, timeout=60.0, **options):
+        """A Client of this process as worker `task` (options: Client.connect's others)."""
         import pstrain
-        return pstrain.Client.connect(chief=self.chief_address, task=task, timeout=timeout)
+        return pstrain.Client.connect(chief=self.chief_address, task=task, timeout=timeout,
+                                      **options)
 
     def finish(self, timeout=60):
         """Waits for the chief and the PS to end; the chief's result line as a dict."""

@@ -7,7 +7,9 @@ waiting pull, tables, and a client shared by threads.
 """
 
 import gc
+import json
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -19,7 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from pstrain_pytest_cluster import (  # noqa: E402,F401
-    PYTHON, free_ports, interrupt, make_cluster, wait_for)
+    BINARY, PYTHON, free_ports, interrupt, make_cluster, tagged_pids, wait_for)
 
 import pstrain  # noqa: E402
 from pstrain import errors  # noqa: E402
@@ -84,6 +86,73 @@ def test_pull_push_round_trip_is_bit_exact_and_zero_copy(make_cluster):
     assert client._last_push_addresses()[1] == address(np.asarray(grads[1]))
     client.done()
     assert cluster.finish()["global_step"] == 3
+
+
+def test_sixteen_bit_pushes_apply_the_rounded_gradient(make_cluster):
+    # SGD with lr=1: the PS subtracts exactly the gradient the wire carried. numpy's float16
+    # and a bit-level bfloat16 (round to nearest even) are the references.
+    rng = np.random.default_rng(3)
+    g = (rng.standard_normal(1000) * 10).astype(np.float32)
+    u = g.view(np.uint32).astype(np.uint64)
+    bf16 = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+    for dtype, rounded in (("float16", g.astype(np.float16).astype(np.float32)),
+                           ("bfloat16", bf16)):
+        assert np.any(rounded != g)  # the rounding shows
+        cluster = make_cluster(1, 1, {"task_timeout": 60})
+        client = cluster.connect(0, timeout=30, push_dtype=dtype)
+        client.create_variable("w", (1000,), pstrain.init.Constant(0.5), SGD1)
+        client.pull()
+        client.push([g])
+        (after,) = client.pull()
+        np.testing.assert_array_equal(bits(after), bits(np.float32(0.5) - rounded))
+        client.done()
+        cluster.finish()
+    with pytest.raises(errors.InvalidArgumentError, match="push_dtype.*float8"):
+        pstrain.Client.connect(chief="127.0.0.1:1", task=0, timeout=1.0, push_dtype="float8")
+
+
+DATA_PLANE_SCRIPT = textwrap.dedent("""
+    import json, os, sys, numpy as np, pstrain
+    with pstrain.Client.connect(timeout=60) as client:
+        client.create_variable("w", (1000,))
+        before = client.data_plane
+        client.pull()
+        client.push([np.ones(1000, np.float32)])
+        client.pull()
+        with open(sys.argv[1], "w") as f:
+            json.dump({"env": os.environ.get("PSTRAIN_TRANSPORT"), "before": before,
+                       "after": client.data_plane}, f)
+""")
+
+
+@pytest.mark.parametrize("transport", [None, "ucx", "auto"])
+def test_launch_gives_a_worker_command_its_transport(tmp_path, transport):
+    # `pstrain launch --transport T -- COMMAND`: the script's Client takes T from
+    # PSTRAIN_TRANSPORT, and its channel to the PS is UCX for ucx and auto (the PS serve UCX).
+    tag = "%d-%s" % (os.getpid(), transport)
+    out = tmp_path / "data_plane.json"
+    argv = [BINARY, "launch", "--ps", "1", "--workers", "1"]
+    if transport:
+        argv += ["--transport", transport]
+    argv += ["--", PYTHON, "-c", DATA_PLANE_SCRIPT, str(out)]
+    env = dict(os.environ, PSTRAIN_TEST_TAG=tag, TMPDIR=str(tmp_path))
+    env.pop("TF_CONFIG", None)
+    env.pop("PSTRAIN_TRANSPORT", None)
+    try:
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        for pid in tagged_pids(tag):
+            os.kill(pid, 9)
+    assert r.returncode == 0, "launch exited %d:\n%s" % (r.returncode, r.stderr[-3000:])
+    got = json.loads(out.read_text())
+    assert got["env"] == (transport or "grpc")
+    assert got["before"] == [""]
+    assert got["after"] == ["grpc" if transport is None else "ucx"]
+
+
+def test_an_unknown_transport_is_refused_at_connect():
+    with pytest.raises(errors.InvalidArgumentError, match='unknown transport "tcp"'):
+        pstrain.Client.connect(chief="127.0.0.1:1", task=0, timeout=1.0, transport="tcp")
 
 
 def test_pulled_arrays_keep_the_client_alive(make_cluster):

@@ -38,7 +38,8 @@ struct Core {
 class PyClient {
  public:
   static std::unique_ptr<PyClient> Connect(const py::object& chief, const py::object& task,
-                                           double timeout);
+                                           double timeout, const std::string& push_dtype,
+                                           const std::string& transport);
 
   int CreateVariable(const std::string& name, const std::vector<int64_t>& shape,
                      const py::object& initializer, const py::object& optimizer,
@@ -60,6 +61,14 @@ class PyClient {
   const std::string& mode() const { return mode_; }
   int num_ps() const { return num_ps_; }
   int task() const { return task_; }
+  std::vector<std::string> DataPlane() {
+    auto names = std::make_shared<std::vector<std::string>>();
+    Call([names](Core& c) {
+      *names = c.client->data_plane();
+      return absl::OkStatus();
+    });
+    return *names;
+  }
   py::list LastAddresses(bool rows) const;
   const std::vector<uintptr_t>& last_push() const { return last_push_; }
   double TimeCppSteps(int steps);
@@ -107,7 +116,8 @@ void PyClient::Call(std::function<absl::Status(Core&)> call, py::object keep_ali
 }
 
 std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::object& task,
-                                            double timeout) {
+                                            double timeout, const std::string& push_dtype,
+                                            const std::string& transport) {
   ClientOptions o;
   if (chief.is_none() || task.is_none()) o = ValueOrThrow(ClientOptions::FromTfConfig());
   if (!chief.is_none()) {
@@ -131,6 +141,8 @@ std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::o
   }
   if (!(timeout > 0)) RaiseInvalidArgument("client options: timeout must be positive");
   o.timeout = absl::Seconds(timeout);
+  o.push_dtype = push_dtype;  // Client::Connect checks it, and the transport
+  o.transport = transport;
   std::unique_ptr<PyClient> c(new PyClient());
   c->Call([o](Core& core) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
@@ -329,10 +341,15 @@ status with the C++ message. As a context manager, calls done() on exit, or done
 when the block raises.)")
       .def_static("connect", &PyClient::Connect, py::arg("chief") = py::none(),
                   py::arg("task") = py::none(), py::arg("timeout") = 60.0,
+                  py::arg("push_dtype") = "float32", py::arg("transport") = "",
                   R"(Registers as worker `task` with the chief at `chief` ("host:port"); either
 left None comes from TF_CONFIG. Waits until every task registered. `timeout` (seconds) bounds
-the wait to reach the chief and every later call. DeadlineExceededError if the chief cannot
-be reached in time; InvalidArgumentError for a TF_CONFIG that does not parse.)")
+the wait to reach the chief and every later call. `push_dtype`: "float32", or "float16" or
+"bfloat16" to send dense gradients in half the bytes (rounded to nearest even; the PS keep
+float32). `transport`: the data plane to the PS, "grpc", "ucx" or "auto" (UCX where the PS
+serve it); "" takes PSTRAIN_TRANSPORT (which `pstrain launch` sets to its --transport), else
+"grpc". DeadlineExceededError if the chief cannot be reached in time; InvalidArgumentError for
+a TF_CONFIG that does not parse, an unknown push_dtype or transport, or "ucx" with TLS.)")
       .def("create_variable", &PyClient::CreateVariable, py::arg("name"), py::arg("shape"),
            py::arg("initializer") = py::none(), py::arg("optimizer") = py::none(),
            py::arg("partitioner") = "",
@@ -409,6 +426,9 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
       .def_property_readonly("mode", &PyClient::mode, "The job's mode: async, sync or ssp.")
       .def_property_readonly("num_ps", &PyClient::num_ps, "The number of PS tasks.")
       .def_property_readonly("task", &PyClient::task, "This worker's task index.")
+      .def_property_readonly("data_plane", &PyClient::DataPlane,
+                             "Per PS task, the transport its data channel took (\"grpc\" or "
+                             "\"ucx\"); \"\" before the first pull or push made it.")
       .def("_last_pull_addresses", [](const PyClient& c) { return c.LastAddresses(false); })
       .def("_last_lookup_addresses", [](const PyClient& c) { return c.LastAddresses(true); })
       .def("_last_push_addresses", &PyClient::last_push)

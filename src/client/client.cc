@@ -1,6 +1,7 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
@@ -12,6 +13,7 @@
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "master.grpc.pb.h"
+#include "transport/transport.h"
 
 namespace pstrain {
 namespace {
@@ -30,6 +32,15 @@ absl::Status CheckOptions(const ClientOptions& o) {
     return bad("client options: push_dtype: ", d.status().message());
   }
   return absl::OkStatus();
+}
+
+// The data plane of `o.transport`, else of PSTRAIN_TRANSPORT, else the process's (gRPC unless
+// SetTransportOptions chose another), under this process's security.
+absl::StatusOr<std::string> ClientTransport(const ClientOptions& o) {
+  if (!o.transport.empty()) return TransportUnderSecurity(o.transport, "client options: transport");
+  const char* env = std::getenv("PSTRAIN_TRANSPORT");
+  if (env != nullptr && *env != '\0') return TransportUnderSecurity(env, "PSTRAIN_TRANSPORT");
+  return TransportUnderSecurity(GetTransportOptions().transport, "the process's transport");
 }
 
 absl::Status CheckVariable(const VariableOptions& v) {
@@ -304,7 +315,11 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
-  auto impl = std::make_unique<Impl>(options, MasterService::NewStub(MakeChannel(options.chief)));
+  absl::StatusOr<std::string> transport = ClientTransport(options);
+  if (!transport.ok()) return transport.status();
+  ClientOptions resolved = options;
+  resolved.transport = *std::move(transport);
+  auto impl = std::make_unique<Impl>(resolved, MasterService::NewStub(MakeChannel(options.chief)));
   if (absl::Status s = impl->Connect(); !s.ok()) return s;
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -345,6 +360,7 @@ int64_t Client::pushes() const { return impl_->pushes(); }
 absl::Status Client::Barrier(const std::string& name) { return impl_->Barrier(name); }
 absl::Status Client::Done(const absl::Status& outcome) { return impl_->Done(outcome); }
 const std::string& Client::mode() const { return impl_->mode(); }
+std::vector<std::string> Client::data_plane() const { return impl_->data_plane(); }
 int Client::num_ps() const { return impl_->num_ps(); }
 
 }  // namespace pstrain

@@ -60,10 +60,21 @@ void Client::Impl::RebuildPsClient() {
   for (int i = 0; i < 2; ++i) {
     ps_[i] = std::make_unique<PsClient>(ps_addresses_, variables_, sender_, options_.timeout);
     ps_[i]->set_push_dtype(push_dtype_);
+    ps_[i]->set_transport(options_.transport);  // resolved by Connect
     pull_values_[i].clear();
   }
   current_ = 0;
   pulled_ = false;
+}
+
+std::vector<std::string> Client::Impl::data_plane() const {
+  // A pull goes through the client that is not current, so both may have made channels.
+  std::vector<std::string> names = ps_[current_]->channel_transports();
+  const std::vector<std::string> other = ps_[1 - current_]->channel_transports();
+  for (size_t i = 0; i < names.size() && i < other.size(); ++i) {
+    if (names[i].empty()) names[i] = other[i];
+  }
+  return names;
 }
 
 absl::Status Client::Impl::CheckIdle(const char* what) const {

@@ -43,6 +43,7 @@ class Client::Impl {
   int64_t global_step() const { return global_step_; }
   int64_t pushes() const { return pushes_; }
   const std::string& mode() const { return mode_; }
+  std::vector<std::string> data_plane() const;
   int num_ps() const { return static_cast<int>(ps_addresses_.size()); }
 
  private:

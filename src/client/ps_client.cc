@@ -167,11 +167,10 @@ absl::Status PsClient::Pull(std::vector<const float*>* values, uint64_t min_vers
 
 absl::Status PsClient::MakeChannels() {
   channels_.resize(peers_.size());
-  const std::string transport = GetTransportOptions().transport;
   for (const Batch& b : batches_) {
     if (channels_[b.ps] != nullptr) continue;
     absl::StatusOr<std::unique_ptr<DataChannel>> c =
-        MakeDataChannel(transport, peers_.address(b.ps));
+        MakeDataChannel(transport_, peers_.address(b.ps));
     if (!c.ok()) {
       return absl::Status(c.status().code(), absl::StrCat("data channel to ", peers_.PeerName(b.ps),
                                                           ": ", c.status().message()));
@@ -179,6 +178,14 @@ absl::Status PsClient::MakeChannels() {
     channels_[b.ps] = *std::move(c);
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> PsClient::channel_transports() const {
+  std::vector<std::string> names(peers_.size());
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (channels_[i] != nullptr) names[i] = channels_[i]->name();
+  }
+  return names;
 }
 
 template <typename Call>

@@ -99,6 +99,12 @@ class PsClient {
   // The element type gradients travel in: DT_FLOAT (the default), DT_HALF or DT_BFLOAT16
   // (common/half.h; the PS widens them to float32). Set it before the first Push.
   void set_push_dtype(DataType dtype) { push_dtype_ = dtype; }
+  // The transport of the data channels: "grpc", "ucx" or "auto" (MakeDataChannel); the
+  // process's (GetTransportOptions) unless set before the first Pull or Push.
+  void set_transport(std::string transport) { transport_ = std::move(transport); }
+  // Per PS task, the transport its data channel took ("grpc" or "ucx"), once made; "" for a
+  // task without one yet.
+  std::vector<std::string> channel_transports() const;
 
   const std::vector<VariableRef>& variables() const { return variables_; }
   // Calls in flight or started later end with Cancelled once `canceller` is cancelled (not
@@ -128,6 +134,7 @@ class PsClient {
   const std::vector<VariableRef> variables_;
   const Sender sender_;
   DataType push_dtype_ = DT_FLOAT;
+  std::string transport_ = GetTransportOptions().transport;
   PsPeers peers_;
   absl::Status unsendable_;                             // a shard that cannot be sent or received
   std::vector<Batch> batches_;                          // every request of a Pull (and of a Push)

@@ -104,7 +104,10 @@ std::vector<std::string> LaunchPlan::Environment(const std::string& job, int tas
   ClusterSpec spec = spec_;
   spec.task_type = job;
   spec.task_index = task;
-  return EnvironmentWith(spec.ToJson(), defaults, secrets_->Environment());
+  // A worker COMMAND's Client takes the launch's data plane from PSTRAIN_TRANSPORT.
+  std::vector<std::string> overrides = secrets_->Environment();
+  overrides.push_back("PSTRAIN_TRANSPORT=" + o_.transport);
+  return EnvironmentWith(spec.ToJson(), defaults, overrides);
 }
 
 }  // namespace pstrain

@@ -189,18 +189,13 @@ struct TaskHttp {
 // This process's data plane from --transport (docs/transport_ucx.md): UCX traffic is not covered
 // by TLS, so with TLS "ucx" is refused and "auto" means gRPC.
 absl::Status SetTransport(const ServerOptions& o) {
-  std::string transport = o.transport;
-  if (GetSecurity()->tls() && transport != "grpc") {
-    if (transport == "ucx") {
-      return absl::InvalidArgumentError(
-          "--transport ucx cannot be used with TLS: UCX traffic is not encrypted (use grpc, or "
-          "auto, which then picks grpc)");
-    }
+  absl::StatusOr<std::string> transport = TransportUnderSecurity(o.transport, "--transport");
+  if (!transport.ok()) return transport.status();
+  if (*transport != o.transport) {
     spdlog::info("{}: --transport auto with TLS: the data plane stays on gRPC",
                  TaskName(o.job, o.task));
-    transport = "grpc";
   }
-  SetTransportOptions({.transport = transport});
+  SetTransportOptions({.transport = *transport});
   return absl::OkStatus();
 }
 

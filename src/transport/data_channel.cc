@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/security.h"
 #include "spdlog/spdlog.h"
 #include "transport/grpc_data_channel.h"
 #include "transport/transport.h"
@@ -27,6 +28,20 @@ void SetTransportOptions(TransportOptions options) {
 TransportOptions GetTransportOptions() {
   absl::MutexLock lock(&options_mu);
   return Options();
+}
+
+absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
+                                                   const std::string& source) {
+  if (asked != "grpc" && asked != "ucx" && asked != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": unknown transport \"", asked, "\": grpc, ucx or auto"));
+  }
+  if (asked == "grpc" || !GetSecurity()->tls()) return asked;
+  if (asked == "auto") return std::string("grpc");
+  return absl::InvalidArgumentError(
+      absl::StrCat(source,
+                   " ucx cannot be used with TLS: UCX traffic is not encrypted (use grpc, or auto, "
+                   "which then picks grpc)"));
 }
 
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,

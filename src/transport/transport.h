@@ -99,6 +99,13 @@ struct TransportOptions {
 void SetTransportOptions(TransportOptions options);
 TransportOptions GetTransportOptions();
 
+// The transport a task asked for as `asked` ("grpc", "ucx" or "auto") under this process's
+// security (common/security.h): UCX traffic is not encrypted, so with TLS "ucx" is refused and
+// "auto" means "grpc". InvalidArgument naming `source` (the flag or variable it came from) for
+// an unknown name and for "ucx" with TLS.
+absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
+                                                   const std::string& source);
+
 // A channel to the PS at `address` (host:port of its gRPC server) over `transport` ("grpc" or
 // "ucx"). InvalidArgument for an unknown name; for "ucx", what ucx.h says when UCX cannot start.
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,
