@@ -52,6 +52,9 @@ TEST(JobConfigTest, MessagesNameTheFlag) {
   c = JobConfig();
   c.partitioner = "fixed:0";
   EXPECT_THAT(Invalid(c), HasSubstr("--partitioner: bad partitioner \"fixed:0\""));
+  c = JobConfig();
+  c.push_bucket_bytes = -5;
+  EXPECT_THAT(Invalid(c), HasSubstr("--push_bucket_bytes -5 must be non-negative"));
 }
 
 TEST(JobConfigTest, CosineNeedsItsLengthUnlessTheMlpJobSetsIt) {

@@ -1,7 +1,8 @@
 // The worker-side pipeline end to end: the MNIST MLP of the demo trained by 2 PS + 2 workers
 // (real processes, `pstrain launch`) in async mode with the next pull in flight while a step
-// computes (--overlap_pull) and each layer pushed as the backward pass ends it (--pipeline_push,
-// the default) reaches the accuracy bar of the same job without either, with the same counts:
+// computes (--overlap_pull) and each layer pushed as the backward pass ends it (--pipeline_push
+// --push_bucket_bytes 0) reaches the accuracy bar of the same job without either (the defaults),
+// with the same counts:
 // every example trained once, every task of the ledger applied once, the same steps and updates,
 // no step skipped. (That the pipelined push applies what one push applies, layer by layer, is
 // worker_pipeline_push_test's.)
@@ -55,9 +56,10 @@ class PipelineClusterTest : public ProcessTest {
 
 TEST_F(PipelineClusterTest, OverlappedAsyncTrainingReachesTheAccuracyOfThePlainOrder) {
   std::string plain_logs, piped_logs;
-  const nlohmann::json plain = Launch({"--no_pipeline_push"}, &plain_logs);
-  const nlohmann::json piped = Launch({"--overlap_pull"}, &piped_logs);
-  const std::string kPipelined = "push pipeline: each layer's gradients are pushed";
+  const nlohmann::json plain = Launch({}, &plain_logs);
+  const nlohmann::json piped =
+      Launch({"--overlap_pull", "--pipeline_push", "--push_bucket_bytes", "0"}, &piped_logs);
+  const std::string kPipelined = "push pipeline: layers' gradients are pushed";
   EXPECT_THAT(plain_logs, HasSubstr("worker:0 serving on"));  // the logs were read
   EXPECT_THAT(plain_logs, Not(HasSubstr(kPipelined)));
   EXPECT_THAT(piped_logs, HasSubstr(kPipelined));

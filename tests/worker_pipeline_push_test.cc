@@ -136,7 +136,7 @@ class PipelinePushTest : public ::testing::Test {
   }
 
   // One pipelined step of `model` on 3 examples, read and pushed through fresh parameters.
-  StepPushResult PipelinedStep(Model& model) {
+  StepPushResult PipelinedStep(Model& model, int64_t bucket_bytes = 0) {
     std::unique_ptr<ModelParameters> params = Parameters();
     Examples batch = Batch(3);
     const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
@@ -145,6 +145,7 @@ class PipelinePushTest : public ::testing::Test {
     ModelGrads grads;
     StepPushOptions how;
     how.pipeline = true;
+    how.bucket_bytes = bucket_bytes;
     return ComputeAndPush(model, in, batch, keys, &grads, *params, how);
   }
   std::unique_ptr<ModelParameters> Parameters() {
@@ -319,6 +320,29 @@ TEST_F(PipelinePushTest, ABrokenPromiseStopsThePushAndNamesWhatWasApplied) {
   const std::vector<PullResponse> after = Snapshot();
   EXPECT_EQ(after[0].values(0).version(), 0u);  // dense0/kernel's shards: untouched
   EXPECT_EQ(after[1].values(0).version(), 0u);
+  EXPECT_EQ(after[2].values(0).version(), 0u);  // dense0/bias
+  EXPECT_EQ(after[3].values(0).version(), 1u);  // dense1/kernel
+}
+
+// Reported gradients wait in the bucket until it holds bucket_bytes. dense2 (27 floats, 108
+// bytes) is reported first, then dense1 (136 floats, 544 bytes), then dense0, whose kernel holds
+// the broken promise's NaN.
+TEST_F(PipelinePushTest, ABucketHoldsSmallLayersBackUntilItIsFull) {
+  CreateVariables(initial_);
+  NanInjectingModel model(*Model::Create(MlpConfig()), /*bad_param=*/0);  // dense0/kernel
+  // A bucket larger than the model: nothing leaves before the backward pass ends, so the NaN
+  // stops the whole step.
+  const StepPushResult whole = PipelinedStep(model, /*bucket_bytes=*/1 << 20);
+  EXPECT_EQ(whole.nonfinite, "gradient for variable 'dense0/kernel' has nan at index 1");
+  EXPECT_TRUE(whole.pushed_before.empty());
+  EXPECT_EQ(PushRequests(), 0);
+  // 600 bytes: dense2 waits for dense1, and the two go in one push, one request per PS.
+  const StepPushResult two = PipelinedStep(model, /*bucket_bytes=*/600);
+  EXPECT_THAT(two.pushed_before,
+              ElementsAre("dense2/kernel", "dense2/bias", "dense1/kernel", "dense1/bias"));
+  EXPECT_EQ(PushRequests(), 2);
+  const std::vector<PullResponse> after = Snapshot();
+  EXPECT_EQ(after[0].values(0).version(), 0u);  // dense0/kernel's shards: untouched
   EXPECT_EQ(after[2].values(0).version(), 0u);  // dense0/bias
   EXPECT_EQ(after[3].values(0).version(), 1u);  // dense1/kernel
 }

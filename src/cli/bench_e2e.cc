@@ -153,7 +153,7 @@ std::vector<Table> EndToEndTables(const BenchOptions& o) {
                                      "--log_level",
                                      "warn"};
   // Training flags the cluster runs with on top of these (space-separated), to compare its
-  // options, e.g. PSTRAIN_BENCH_E2E_FLAGS="--overlap_pull --no_pipeline_push".
+  // options, e.g. PSTRAIN_BENCH_E2E_FLAGS="--overlap_pull --pipeline_push".
   if (const char* extra = std::getenv("PSTRAIN_BENCH_E2E_FLAGS"); extra != nullptr) {
     for (absl::string_view f : absl::StrSplit(extra, ' ', absl::SkipEmpty())) {
       launch.emplace_back(f);

@@ -55,6 +55,8 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--overlap_pull", "--model", kBuiltIn},
       {"--pipeline_push", "--model", kBuiltIn},
       {"--pipeline_push", "--mode", {"async", "ssp"}},
+      {"--push_bucket_bytes", "--model", kBuiltIn},
+      {"--push_bucket_bytes", "--mode", {"async", "ssp"}},
       {"--hidden", "--model", {"mlp", "wide_deep"}},
       {"--batch", "--model", kBuiltIn},
       {"--epochs", "--model", kBuiltIn},
@@ -173,10 +175,14 @@ void TrainingFlags::AddTo(CLI::App* app) {
                 "(faster; every gradient is then one step staler, in ssp one beyond --staleness)");
   app->add_flag(
       "--pipeline_push,!--no_pipeline_push", c.pipeline_push,
-      "async and ssp: push each layer's gradients as soon as the backward pass has "
-      "them, while it goes on below; the step still waits for every push, and a step "
-      "with a non-finite gradient pushes nothing (on by default; "
-      "--pipeline_push=false or --no_pipeline_push for one push after the backward pass)");
+      "async and ssp: push layers' gradients (in buckets of at least 1 MB) as soon as the "
+      "backward pass has them, while it goes on below; the step still waits for every push, "
+      "and a step with a non-finite gradient pushes nothing (off by default: on 2 cores it "
+      "was slower than one push after the backward pass, bench/RESULTS.md)");
+  app->add_option("--push_bucket_bytes", c.push_bucket_bytes,
+                  "with --pipeline_push: gradients ready early wait until they make this many "
+                  "bytes, then go in one push (0: each layer as it is ready)")
+      ->capture_default_str();
   app->add_option("--replicas_to_aggregate", c.replicas_to_aggregate,
                   "sync: gradients averaged per step; more workers are backups (0 = all)")
       ->capture_default_str();

@@ -112,6 +112,9 @@ absl::Status JobConfig::Validate() const {
   if (eval_delay_ms < 0) {
     return Bad("--eval_delay_ms ", eval_delay_ms, " must be non-negative");
   }
+  if (push_bucket_bytes < 0) {
+    return Bad("--push_bucket_bytes ", push_bucket_bytes, " must be non-negative");
+  }
   const std::pair<const char*, absl::Duration> timeouts[] = {
       {"--connect_timeout", register_timeout},
       {"--task_timeout", task_timeout},

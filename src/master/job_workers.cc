@@ -112,6 +112,7 @@ absl::Status Job::StartWorkers(int64_t* bad_lines_skipped) {
   spec.set_push_dtype(config_.push_dtype);
   spec.set_overlap_pull(config_.overlap_pull);
   spec.set_pipeline_push(config_.pipeline_push);
+  spec.set_push_bucket_bytes(config_.push_bucket_bytes);
   if (task_rows_ > 0) {
     // The ledger says when the job ends: no step count is fixed in advance.
     spec.set_num_shards(1);

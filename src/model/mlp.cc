@@ -33,8 +33,8 @@ void Forward(const std::vector<int>& widths, const std::vector<const float*>& pa
 // The largest |value| of m, or infinity if any value is not finite.
 double MaxAbs(const Eigen::Ref<const Matrix>& m) {
   if (m.size() == 0) return 0;
-  if (!m.allFinite()) return std::numeric_limits<double>::infinity();
-  return static_cast<double>(m.cwiseAbs().maxCoeff());
+  const float max = m.cwiseAbs().maxCoeff<Eigen::PropagateNaN>();  // one pass
+  return std::isfinite(max) ? static_cast<double>(max) : std::numeric_limits<double>::infinity();
 }
 
 // Whether the backward pass from dlogits cannot produce a non-finite gradient: with n rows, a

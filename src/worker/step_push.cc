@@ -42,20 +42,38 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
   // pushed. A model reports a group before the last only when it can promise that every
   // gradient is finite, so in practice a bad step is caught at its first group, before any push.
   std::vector<bool> reported(model.params().size(), false);
+  std::vector<int> bucket;  // reported, not yet pushed
+  int64_t bucket_bytes = 0;
+  auto push_bucket = [&] {
+    if (bucket.empty() || !r.nonfinite.empty()) return;
+    r.nonfinite = NonFiniteIn(grads->params, bucket, model.params());
+    if (!r.nonfinite.empty()) return;
+    params.PushSome(bucket, grads->params, options.tag);
+    for (int v : bucket) r.pushed_before.push_back(model.params()[v].name);
+    bucket.clear();
+    bucket_bytes = 0;
+  };
   GradientsReady ready = [&](const std::vector<int>& vars) {
-    for (int v : vars) reported[v] = true;
-    if (!r.nonfinite.empty()) return;
-    r.nonfinite = NonFiniteIn(grads->params, vars, model.params());
-    if (!r.nonfinite.empty()) return;
-    params.PushSome(vars, grads->params, options.tag);
-    for (int v : vars) r.pushed_before.push_back(model.params()[v].name);
+    for (int v : vars) {
+      reported[v] = true;
+      bucket.push_back(v);
+      bucket_bytes += grads->params[v].size() * static_cast<int64_t>(sizeof(float));
+    }
+    if (bucket_bytes >= options.bucket_bytes) push_bucket();
   };
   r.loss = model.ForwardBackward(in, batch, grads, ready);
-  std::vector<int> rest;  // a model that did not report every parameter: the others now
-  for (size_t v = 0; v < reported.size(); ++v) {
-    if (!reported[v]) rest.push_back(static_cast<int>(v));
+  if (r.nonfinite.empty() && r.pushed_before.empty()) {
+    // Nothing left early (a bucket never full, or a model that reported at the end): the
+    // plain push, one Write on this thread.
+    r.nonfinite = NonFinite(*grads, model.params(), model.tables(), keys);
+    if (r.nonfinite.empty()) r.status = written();
+    return r;
   }
-  if (!rest.empty()) ready(rest);
+  // A model that did not report every parameter: the others now, with the bucket's rest.
+  for (size_t v = 0; v < reported.size(); ++v) {
+    if (!reported[v]) bucket.push_back(static_cast<int>(v));
+  }
+  push_bucket();
   r.status = params.FinishPush(&r.stale_dropped);
   if (r.nonfinite.empty()) r.pushed_before.clear();
   if (absl::IsNotFound(r.status) && r.nonfinite.empty() && options.retry) {

@@ -4,6 +4,7 @@
 // keeps a step with a non-finite gradient from being applied (docs/data_plane.md, "Overlap").
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@ namespace pstrain {
 struct StepPushOptions {
   bool sync = false;      // Write's `sync`
   bool pipeline = false;  // push as the model reports gradients ready (a model without tables)
+  // Pipelined: gradients reported ready wait in a bucket until it holds at least this many
+  // bytes, as PyTorch DDP's buckets do, so that small layers do not cost a request each; what
+  // is left is pushed after the backward pass. 0: every report is pushed at once.
+  int64_t bucket_bytes = 0;
   const PushTag* tag = nullptr;
   // Runs a plain Write, again as long as the caller allows (the recovery's wait for a PS that
   // restarted); empty: once. A pipelined push that failed NotFound is redone whole this way.

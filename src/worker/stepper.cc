@@ -31,8 +31,8 @@ Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOp
   batch_.dense_dim = data.dense_dim;
   if (!sync_ && spec.pipeline_push()) {
     spdlog::info(model_->tables().empty()
-                     ? "push pipeline: each layer's gradients are pushed as the backward pass "
-                       "completes them"
+                     ? "push pipeline: layers' gradients are pushed (in buckets of at least 1 MB) "
+                       "as the backward pass completes them"
                      : "no push pipeline for a model with tables: its gradients are pushed after "
                        "the backward pass");
   }
@@ -112,6 +112,7 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
   StepPushOptions how;
   how.sync = sync_;
   how.pipeline = !sync_ && spec_.pipeline_push();
+  how.bucket_bytes = spec_.push_bucket_bytes();
   how.tag = tag;
   how.retry = [this](const std::function<absl::Status()>& call) { return UntilRestored(call); };
   const StepPushResult r = ComputeAndPush(*model_, inputs_, batch_, keys, &grads_, *params_, how);
