@@ -141,8 +141,10 @@ def test_a_job_without_the_task_queue_is_not_restarted(tmp_path):
 
 def test_resume_reaches_the_chief_and_a_killed_chief_resumes_from_its_directory(tmp_path):
     checkpoints = tmp_path / "ckpt"
-    launch = Launch(["--epochs", "3", "--resume", str(checkpoints), "--checkpoint_every_secs",
-                     "1", "--log_dir", str(tmp_path / "logs")])
+    # Long enough that the first checkpoint comes well before the job's end on a fast machine
+    # too (6 epochs of 705 steps took 1.8 s on a quiet one), so the chief dies mid-job.
+    launch = Launch(["--epochs", "6", "--resume", str(checkpoints), "--checkpoint_every_secs",
+                     "0.25", "--log_dir", str(tmp_path / "logs")])
     launch.wait_for("saved")  # a first checkpoint in --resume's directory
     os.kill(launch.task_pid("chief", 0), signal.SIGKILL)
     rc, result = launch.finish()

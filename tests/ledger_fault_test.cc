@@ -46,9 +46,16 @@ class LedgerFaultTest : public ProcessTest {
 };
 
 // The chief's flags: 2 epochs of 60 tasks, a heartbeat every 0.2 s, dead after 2 s of silence.
+// Worker 0 sleeps 3 ms a step, so that alone it needs over 4 s for what is left after worker 1
+// is stopped, however fast the machine: the job outlasts the 2 s until worker 1 is declared dead
+// and its replacement's start.
 std::vector<std::string> ChiefFlags() {
   return {"--data",
           MnistDir(),
+          "--slow_worker",
+          "0",
+          "--slow_worker_delay_ms",
+          "3",
           "--epochs",
           "2",
           "--hidden",

@@ -21,6 +21,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "common/rpc.h"
+#include "grpc_channel_testing.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
 #include "ps_testing.h"
@@ -171,26 +172,11 @@ TEST(AllocationTest, ALargeAllocationOutsideGrpcIsCounted) {
 TEST(AllocationTest, AWarmPushAndPullOf16MbAllocateNothingLargeInPstrain) {
   WarmBacktrace();
   constexpr int64_t kFloats = 4 << 20;  // 16 MB
-  std::unique_ptr<ParameterServer> ps = ps_testing::MakePs();
-  CreateVariablesRequest create = ps_testing::CreateReq("w", Tensor({kFloats}, 1.0f));
-  create.mutable_variables(0)->mutable_optimizer()->set_learning_rate(1e-3);
-  CreateVariablesResponse created;
-  ASSERT_TRUE(ps->CreateVariables(create, &created).ok());
-  std::unique_ptr<grpc::Service> service = MakeParameterServerService(ps.get(), nullptr);
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = *StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-  std::unique_ptr<DataChannel> channel = MakeGrpcDataChannel("127.0.0.1:" + std::to_string(port));
-
-  PushRequest head;
-  *head.mutable_sender() = ps_testing::Worker(0);
-  Gradient* g = head.add_gradients();
-  g->set_name("w");
-  g->mutable_gradient()->set_dtype(DT_FLOAT);
-  g->mutable_gradient()->add_shape(kFloats);
+  ps_testing::ServedVariable served = ps_testing::ServeVariable("w", Tensor({kFloats}, 1.0f), 1e-3);
+  DataChannel* channel = served.channel.get();
+  const PushRequest head = ps_testing::PushHead("w", {kFloats});
   const std::vector<float> grad(kFloats, 0.5f);
-  PullRequest req;
-  *req.mutable_sender() = ps_testing::Worker(0);
-  req.add_names("w");
+  const PullRequest req = ps_testing::PullOf("w");
   std::vector<float> w(kFloats);
   const auto step = [&] {
     PushResponse pushed;

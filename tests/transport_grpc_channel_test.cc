@@ -13,6 +13,7 @@
 #include "client/ps_client.h"
 #include "common/half.h"
 #include "gmock/gmock.h"
+#include "grpc_channel_testing.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -321,22 +322,9 @@ TEST(GrpcChannelTest, TheCancellerEndsACallInFlight) {
 
 // Against a real PS: what was pushed is applied (SGD, rate 0.5) and pulled back.
 TEST(GrpcChannelTest, PushesAndPullsAgainstARealPs) {
-  std::unique_ptr<ParameterServer> ps = ps_testing::MakePs();
-  CreateVariablesRequest create = ps_testing::CreateReq("w", Tensor({2, 3}, 1.0f));
-  create.mutable_variables(0)->mutable_optimizer()->set_learning_rate(0.5);
-  CreateVariablesResponse created;
-  ASSERT_TRUE(ps->CreateVariables(create, &created).ok());
-  std::unique_ptr<grpc::Service> service = MakeParameterServerService(ps.get(), nullptr);
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = *StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-  std::unique_ptr<DataChannel> channel = MakeGrpcDataChannel("127.0.0.1:" + std::to_string(port));
-
-  PushRequest head;
-  *head.mutable_sender() = ps_testing::Worker(0);
-  Gradient* g = head.add_gradients();
-  g->set_name("w");
-  g->mutable_gradient()->set_dtype(DT_FLOAT);
-  for (int64_t d : {2, 3}) g->mutable_gradient()->add_shape(d);
+  ps_testing::ServedVariable served = ps_testing::ServeVariable("w", Tensor({2, 3}, 1.0f), 0.5);
+  DataChannel* channel = served.channel.get();
+  const PushRequest head = ps_testing::PushHead("w", {2, 3});
   const std::vector<float> grad = Iota(6, 0);  // 0 1 2 3 4 5
   PushResponse pushed;
   ASSERT_TRUE(Wait([&](DoneFn done) {
@@ -344,9 +332,7 @@ TEST(GrpcChannelTest, PushesAndPullsAgainstARealPs) {
               }).ok());
   EXPECT_EQ(pushed.versions(0), 1u);
 
-  PullRequest req;
-  *req.mutable_sender() = ps_testing::Worker(0);
-  req.add_names("w");
+  const PullRequest req = ps_testing::PullOf("w");
   std::vector<float> w(6);
   PullResponse resp;
   ASSERT_TRUE(Wait([&](DoneFn done) {
@@ -361,8 +347,8 @@ TEST(GrpcChannelTest, PushesAndPullsAgainstARealPs) {
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("\"w\""));
-  ps->Stop();
-  server->Shutdown();
+  served.ps->Stop();
+  served.server->Shutdown();
 }
 
 // PsClient with a 16-bit push dtype sends the converted values (bit patterns known by hand).

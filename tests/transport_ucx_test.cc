@@ -8,6 +8,7 @@
 
 #include "common/security.h"
 #include "gmock/gmock.h"
+#include "transport/transport.h"
 #include "transport_ucx_testing.h"
 
 namespace pstrain {
@@ -175,6 +176,25 @@ TEST(UcxTransport, AnUnreachableListenerIsUnavailableWithUcxsReason) {
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kUnavailable) << ch.status();
   EXPECT_THAT(ch.status().message(), HasSubstr("127.0.0.1:1"));
+}
+
+// The rule of docs/transport_ucx.md on the worker's side: "auto" takes gRPC where the PS serves
+// no UCX or its listener cannot be reached; "ucx" stops with the reason.
+TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrUnreachable) {
+  LocalPs ps(/*ucx=*/false);
+  ASSERT_TRUE(ps.status.ok()) << ps.status;
+  absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeDataChannel("auto", ps.address);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_STREQ((*ch)->name(), "grpc");
+  EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  DataPlaneResponse info;
+  info.set_ucx_address("127.0.0.1:1");  // announced, but nothing listens there
+  ps.ps->SetDataPlane(info);
+  ch = MakeDataChannel("auto", ps.address);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_STREQ((*ch)->name(), "grpc");
+  EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(UcxTransport, ACallPastItsDeadlineEndsAndLeavesItsBuffersAlone) {

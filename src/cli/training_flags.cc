@@ -178,7 +178,7 @@ void TrainingFlags::AddTo(CLI::App* app) {
       "async and ssp: push layers' gradients (in buckets of at least 1 MB) as soon as the "
       "backward pass has them, while it goes on below; the step still waits for every push, "
       "and a step with a non-finite gradient pushes nothing (off by default: on 2 cores it "
-      "was slower than one push after the backward pass, bench/RESULTS.md)");
+      "was slower than one push after the backward pass, docs/data_plane.md)");
   app->add_option("--push_bucket_bytes", c.push_bucket_bytes,
                   "with --pipeline_push: gradients ready early wait until they make this many "
                   "bytes, then go in one push (0: each layer as it is ready)")

@@ -93,9 +93,14 @@ void StatusTracker::Loop() {
 
 void StatusTracker::SetState(const std::string& state) {
   if (monitor_ == nullptr) return;
-  absl::MutexLock lock(&mu_);
-  if (finished_) return;
-  monitor_->Update([&](JobStatus* s) { s->state = state; });
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    monitor_->Update([&](JobStatus* s) { s->state = state; });
+  }
+  // The tasks as they are now rather than at the next refresh, so that a page showing the job
+  // running (and soon its first steps) shows its workers running too.
+  Refresh(/*ask_ps=*/false);
 }
 
 void StatusTracker::Progress(const ProgressView& view) {
