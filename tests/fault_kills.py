@@ -7,8 +7,13 @@ First one fault-free run per mode gives the reference accuracy of that mode. The
 one process of a role (worker, ps or chief; the task index at random) when the job's global step
 reaches a random fraction (5% to 75%) of its steps, and checks: launch exits 0 by itself within
 the deadline, the final JSON's test_accuracy is within --tolerance of the reference of its mode,
-tasks_applied_once is true and failures_survived is at least 1. Run k uses the seed --seed + k for its choices (role, mode, task,
-moment); the job's own training seed is the same in every run.
+tasks_applied_once is true and failures_survived is at least 1. The chief logs its progress
+about every half second, so on a fast machine the first line past the fraction may be the last
+step's: such a kill falls after training (checkpointed, evaluating, stopping the tasks), and a
+task that is no longer needed may die without the job having anything to survive, so there
+failures_survived may be 0 (the table's kill time then says "after training"). Run k uses the
+seed --seed + k for its choices (role, mode, task, moment); the job's own training seed is the
+same in every run.
 
   fault_kills.py --pstrain BIN --data DIR [--runs N] [--seed S] [--cases all|random]
                  [--modes async,sync] [--roles worker,ps,chief]
@@ -122,6 +127,7 @@ class Run:
         self.checkpoint_dir = os.path.join(workdir, "checkpoints")
         self.training_started = None  # monotonic time of the first progress line
         self.killed_at = None         # seconds into training
+        self.killed_after_training = False  # the kill came once every step was done
         self.kill_error = None
         self.lines = []
 
@@ -174,11 +180,13 @@ class Run:
         machine is."""
         role, index, at = self.kill
         chief_log = os.path.join(self.log_dir, "chief-0.log")
+        fraction = None
         while proc.poll() is None:
             fraction = progress(chief_log)
             if fraction is not None and fraction >= at:
                 break
             time.sleep(0.02)
+        self.killed_after_training = fraction is not None and fraction >= 1
         pid = task_pid(proc.pid, role, index)
         if proc.poll() is not None or pid is None:
             self.kill_error = "%s:%d was not running at %.0f%% of the steps" % (role, index,
@@ -211,7 +219,8 @@ class Run:
             found.append("tasks_applied_once is %s%s" % (
                 r.get("tasks_applied_once"),
                 " (%s)" % r["ledger_problem"] if "ledger_problem" in r else ""))
-        if self.kill is not None and not r.get("failures_survived", 0) >= 1:
+        survivable = self.kill is not None and not self.killed_after_training
+        if survivable and not r.get("failures_survived", 0) >= 1:
             found.append("failures_survived is %s" % r.get("failures_survived"))
         return found
 
@@ -266,7 +275,8 @@ def main(argv):
             r = run.result or {}
             acc = r.get("test_accuracy")
             rows.append([k + 1, seed, mode, "%s:%d" % (role, index),
-                         "%.2fs (%2.0f%%)" % (run.killed_at, 100 * at)
+                         ("%.2fs (%2.0f%%)" % (run.killed_at, 100 * at)
+                          + (" after training" if run.killed_after_training else ""))
                          if run.killed_at is not None else "-",
                          run.restarts(), r.get("failures_survived", "-"),
                          r.get("tasks_redone", "-"), "%.4f" % acc if acc is not None else "-",

@@ -178,6 +178,22 @@ TEST(CoordinatorRecoveryTest, ARestartedPsAsksForARollbackOnlyWithRecoveryOn) {
   EXPECT_EQ(c.failures().workers_replaced, 0);
 }
 
+// Once the result is made, a PS (or worker) that comes back restarted rolls nothing back: it is
+// counted as a restart after the end.
+TEST(CoordinatorRecoveryTest, ARestartAfterTheJobEndedRollsNothingBack) {
+  Coordinator c({"127.0.0.1:2", "127.0.0.1:3"}, 1, absl::Milliseconds(20));
+  Start(c, 2);
+  c.EnableRecovery();
+  ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
+  c.EndJob();
+  ASSERT_TRUE(Register(c, Task("ps", 1, 99)).ok());
+  ASSERT_TRUE(Register(c, Task("worker", 0, 8)).ok());
+  EXPECT_EQ(c.RollbackReason(), std::nullopt);
+  EXPECT_EQ(c.restarts_after_end(), 2);
+  EXPECT_EQ(c.failures().rollbacks, 0);
+  EXPECT_EQ(c.failures().workers_replaced, 0);
+}
+
 TEST(CoordinatorRecoveryTest, ASyncWorkersRestartAsksForARollbackAnAsyncOneIsReplaced) {
   for (const std::string mode : {"sync", "ssp", "async"}) {
     SCOPED_TRACE(mode);

@@ -158,9 +158,11 @@ TEST(JobResultTest, TheFailuresSurvivedAreTheirSum) {
   r.workers_replaced = 1;
   r.rollbacks = 2;
   r.chief_restarts = 3;
+  r.restarts_after_end = 4;
   r.ps_stats.set_duplicates_dropped(7);
   const nlohmann::json j = nlohmann::json::parse(r.ToJson());
-  EXPECT_EQ(j["failures_survived"], 6);
+  EXPECT_EQ(j["failures_survived"], 10);
+  EXPECT_EQ(j["restarts_after_end"], 4);
   EXPECT_EQ(j["workers_replaced"], 1);
   EXPECT_EQ(j["rollbacks"], 2);
   EXPECT_EQ(j["chief_restarts"], 3);

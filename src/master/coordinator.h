@@ -167,6 +167,10 @@ class Coordinator {
   // This chief resumed a job whose chief died (counted once, however often it is called; before
   // or after BeginGeneration).
   void CountChiefRestart();
+  // The job's result is made (trained, checkpointed, evaluated): a PS or worker that restarts
+  // from now on is counted as a restart after the end and rolls nothing back.
+  void EndJob();
+  int64_t restarts_after_end() const;
 
   // Waits until every PS and worker registered. DeadlineExceeded lists the missing tasks;
   // Cancelled if Abort was called.
@@ -250,6 +254,8 @@ class Coordinator {
   Failures carried_ ABSL_GUARDED_BY(mu_);  // from the first generation's ledger
   Failures counted_ ABSL_GUARDED_BY(mu_);  // by this chief
   bool chief_restart_counted_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t restarts_after_end_ ABSL_GUARDED_BY(mu_) = 0;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;  // last: started once everything above is constructed
 };

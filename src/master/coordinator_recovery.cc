@@ -26,6 +26,11 @@ void Coordinator::NoteRestart(const Sender& s, uint64_t old_incarnation) {
   const std::string task = TaskName(s.job(), s.task());
   const std::string restarted =
       absl::StrCat(task, " restarted (incarnation ", s.incarnation(), ")");
+  if (job_ended_) {
+    ++restarts_after_end_;
+    spdlog::warn("{} after the job's result was made: nothing to roll back", restarted);
+    return;
+  }
   if (s.job() == "ps" || (recovery_ && mode_ != "async")) {
     AskRollback(restarted);
     return;
@@ -98,6 +103,16 @@ void Coordinator::SyncFailures() {
   if (!ledger_) return;
   const Failures f = FailuresLocked();
   ledger_->set_failures({f.workers_replaced, f.rollbacks, f.chief_restarts});
+}
+
+void Coordinator::EndJob() {
+  absl::MutexLock lock(&mu_);
+  job_ended_ = true;
+}
+
+int64_t Coordinator::restarts_after_end() const {
+  absl::MutexLock lock(&mu_);
+  return restarts_after_end_;
 }
 
 Coordinator::Failures Coordinator::failures() const {

@@ -260,10 +260,13 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   } else {
     result = job.Run();
   }
+  coordinator.EndJob();
   status.Finish(result.status());
   coordinator.RequestStop();
   job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()),
                     result.ok());
+  // A task killed after the result was made comes back while the others are told to stop.
+  if (result.ok()) result->restarts_after_end = coordinator.restarts_after_end();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return result;
 }

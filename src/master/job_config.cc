@@ -210,6 +210,7 @@ std::string JobResult::ToJson() const {
     j["rollbacks"] = rollbacks;
     j["chief_restarts"] = chief_restarts;
     j["workers_replaced"] = workers_replaced;
+    j["restarts_after_end"] = restarts_after_end;
     j["duplicates_dropped"] = ps_stats.duplicates_dropped();
     j["tasks"] = tasks;
     j["tasks_applied"] = tasks_applied;

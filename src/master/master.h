@@ -211,9 +211,12 @@ struct JobResult {
   int64_t tasks = 0, tasks_applied = 0, tasks_redone = 0, workers_declared_dead = 0;
   std::string ledger_check;
   // Failures the job survived (docs/recovery.md): workers replaced in place, rollbacks to a
-  // checkpoint, restarts of the chief; and the tagged pushes the PS dropped as duplicates.
-  int64_t workers_replaced = 0, rollbacks = 0, chief_restarts = 0;
-  int64_t failures_survived() const { return workers_replaced + rollbacks + chief_restarts; }
+  // checkpoint, restarts of the chief, and tasks restarted after the result was made (while
+  // the chief stopped the tasks); and the tagged pushes the PS dropped as duplicates.
+  int64_t workers_replaced = 0, rollbacks = 0, chief_restarts = 0, restarts_after_end = 0;
+  int64_t failures_survived() const {
+    return workers_replaced + rollbacks + chief_restarts + restarts_after_end;
+  }
   std::string ToJson() const;
 };
 
