@@ -31,12 +31,15 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
   auto write = [&] {
     return params.Write(keys, *grads, options.sync, &r.stale_dropped, options.tag);
   };
-  auto written = [&] { return options.retry ? options.retry(write) : write(); };
+  // The plain push: every gradient checked, then one Write from this thread.
+  auto plain_push = [&] {
+    r.nonfinite = NonFinite(*grads, model.params(), model.tables(), keys);
+    if (r.nonfinite.empty()) r.status = options.retry ? options.retry(write) : write();
+    return r;
+  };
   if (!options.pipeline || !model.tables().empty()) {
     r.loss = model.ForwardBackward(in, batch, grads);
-    r.nonfinite = NonFinite(*grads, model.params(), model.tables(), keys);
-    if (r.nonfinite.empty()) r.status = written();
-    return r;
+    return plain_push();
   }
   // Each group of gradients is checked before its push; after a non-finite one nothing more is
   // pushed. A model reports a group before the last only when it can promise that every
@@ -62,13 +65,8 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
     if (bucket_bytes >= options.bucket_bytes) push_bucket();
   };
   r.loss = model.ForwardBackward(in, batch, grads, ready);
-  if (r.nonfinite.empty() && r.pushed_before.empty()) {
-    // Nothing left early (a bucket never full, or a model that reported at the end): the
-    // plain push, one Write on this thread.
-    r.nonfinite = NonFinite(*grads, model.params(), model.tables(), keys);
-    if (r.nonfinite.empty()) r.status = written();
-    return r;
-  }
+  // Nothing left early (a bucket never full, or a model that reported at the end).
+  if (r.nonfinite.empty() && r.pushed_before.empty()) return plain_push();
   // A model that did not report every parameter: the others now, with the bucket's rest.
   for (size_t v = 0; v < reported.size(); ++v) {
     if (!reported[v]) bucket.push_back(static_cast<int>(v));
