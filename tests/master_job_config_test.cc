@@ -55,6 +55,9 @@ TEST(JobConfigTest, MessagesNameTheFlag) {
   c = JobConfig();
   c.push_bucket_bytes = -5;
   EXPECT_THAT(Invalid(c), HasSubstr("--push_bucket_bytes -5 must be non-negative"));
+  c = JobConfig();
+  c.end_delay_ms = -1;
+  EXPECT_THAT(Invalid(c), HasSubstr("--end_delay_ms -1 must be non-negative"));
 }
 
 TEST(JobConfigTest, CosineNeedsItsLengthUnlessTheMlpJobSetsIt) {

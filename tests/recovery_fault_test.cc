@@ -2,7 +2,8 @@
 // docs/recovery.md): the test SIGKILLs a PS and starts it again on the same address, and the
 // chief rolls the job back to its latest checkpoint; or it SIGKILLs the chief and starts it
 // again with --resume and --restarted, and the new chief resumes from the checkpoint; or a PS
-// restarts while the chief evaluates the finished job, which rolls back and evaluates again.
+// restarts while the chief evaluates the finished job, which rolls back and evaluates again; or
+// the chief dies after it told the tasks to stop, and the restarted one reports the saved result.
 // Each way the job finishes, every task of every epoch applied exactly once by the ledger and by
 // every shard's watermarks, one failure survived. CTest label: fault.
 #include <signal.h>
@@ -152,6 +153,45 @@ TEST_P(RecoveryFaultTest, AChiefKilledAndRestartedResumesFromItsCheckpoint) {
   ExpectRecovered(j);
   EXPECT_EQ(j["chief_restarts"], 1) << j.dump();
   EXPECT_EQ(j["rollbacks"], 0) << j.dump();
+}
+
+// The chief dies after it told every task to stop (held there by --end_delay_ms), before it
+// reported the result, and the tasks exit. Started again with --restarted, the chief finds the
+// result it saved beside the checkpoints and reports it with its restart counted, instead of
+// waiting for tasks that are gone (their connect timeout here is longer than the test waits). A
+// chief that is not a restart then removes the saved result, so it cannot speak for a new job.
+TEST_P(RecoveryFaultTest, AChiefKilledAfterItStoppedTheTasksReportsTheSavedResultWhenRestarted) {
+  const std::vector<std::string> flags = ChiefFlags({"--resume", ckpt_});
+  std::vector<std::string> first = flags;
+  first.push_back("--end_delay_ms=60000");
+  Proc chief = StartTagged(Server("chief", 0, first));
+  const Others o = StartOthers();
+  WaitForText(chief.err_path, "the chief reports the result in", 150);
+  for (const Proc* p : {&o.ps0, &o.ps1, &o.w0, &o.w1}) {
+    const Result r = Wait(*p, 30);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  kill(chief.pid, SIGKILL);
+  EXPECT_EQ(Wait(chief, 10).exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(std::filesystem::exists(ckpt_ + "/result.json"));
+
+  std::vector<std::string> again = flags;
+  again.push_back("--restarted");
+  const Result c = Wait(StartTagged(Server("chief", 0, again)), 40);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_THAT(c.err, HasSubstr("the job finished before this chief was restarted"));
+  const std::string line = LastJsonLine(c.out);
+  ASSERT_FALSE(line.empty()) << c.err;
+  const nlohmann::json j = nlohmann::json::parse(line);
+  ExpectRecovered(j);
+  EXPECT_EQ(j["chief_restarts"], 1) << j.dump();
+  EXPECT_EQ(j["rollbacks"], 0) << j.dump();
+
+  std::vector<std::string> fresh = flags;
+  fresh.push_back("--connect_timeout=1");
+  const Result f = Wait(StartTagged(Server("chief", 0, fresh)), 30);
+  EXPECT_NE(f.exit_code, 0) << f.err;  // no task registers
+  EXPECT_FALSE(std::filesystem::exists(ckpt_ + "/result.json"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RecoveryFaultTest, ::testing::Values("async", "sync"),

@@ -263,6 +263,8 @@ void TrainingFlags::AddTo(CLI::App* app) {
                   "testing: its delay before each step");
   app->add_option("--eval_delay_ms", c.eval_delay_ms,
                   "testing: the chief's delay before the final evaluation");
+  app->add_option("--end_delay_ms", c.end_delay_ms,
+                  "testing: the chief's delay after it told the tasks to stop");
   const std::vector<CLI::Option*> all = app->get_options();
   options_.assign(all.begin() + before, all.end());
 }

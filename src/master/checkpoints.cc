@@ -372,7 +372,8 @@ ModelSignature SignatureOf(const Model& model) {
 
 absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::string>& ps_addresses,
                              std::unique_ptr<CheckpointManager>* manager,
-                             std::unique_ptr<LoadedCheckpoint>* restore) {
+                             std::unique_ptr<LoadedCheckpoint>* restore, std::string* finished) {
+  finished->clear();
   if (!config.checkpoint_dir.empty()) {
     CheckpointOptions o;
     o.dir = config.checkpoint_dir;
@@ -385,6 +386,11 @@ absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::str
         CheckpointManager::Create(o, ps_addresses);
     if (!m.ok()) return m.status();
     *manager = *std::move(m);
+    if (!config.restarted) {
+      RemoveJobResult(config.checkpoint_dir);
+    } else if (*finished = SavedJobResult(config.checkpoint_dir); !finished->empty()) {
+      return absl::OkStatus();
+    }
   }
   if (!config.restore_from.empty()) {
     absl::StatusOr<LoadedCheckpoint> ckpt = LoadCheckpoint(config.restore_from);

@@ -175,10 +175,22 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
                                TableCreator* creator, const std::vector<std::string>& ps_addresses,
                                absl::Duration rpc_timeout, std::vector<Placement>* placement);
 
+// The result of a job that finished, kept beside its checkpoints (<dir>/result.json) from
+// before the chief tells the tasks to stop until the next chief that is not a restart starts
+// on the directory: a chief restarted after the job ended reports it rather than waiting for
+// tasks that have exited. Only the holder of the directory's lock calls these.
+absl::Status SaveJobResult(const std::string& dir, const std::string& json);
+// The saved result, or "" when there is none (a file that does not parse as a JSON object is
+// named in a warning and counts as none).
+std::string SavedJobResult(const std::string& dir);
+void RemoveJobResult(const std::string& dir);
+
 // The job's checkpoints: a manager when config.checkpoint_dir is set (failing as Create does),
 // and the checkpoint to start from when config.restore_from is (failing as LoadCheckpoint does).
+// A chief that is not config.restarted removes the directory's saved result; a restarted one
+// that finds it gets it in `*finished` (and no checkpoint loaded): the job ended before it.
 absl::Status OpenCheckpoints(const JobConfig& config, const std::vector<std::string>& ps_addresses,
                              std::unique_ptr<CheckpointManager>* manager,
-                             std::unique_ptr<LoadedCheckpoint>* restore);
+                             std::unique_ptr<LoadedCheckpoint>* restore, std::string* finished);
 
 }  // namespace pstrain

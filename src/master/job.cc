@@ -10,6 +10,7 @@
 #include "common/limits.h"
 #include "common/tensor.h"
 #include "master/progress.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -143,19 +144,41 @@ std::optional<std::string> Job::FinalRollback(const absl::Status& finished) {
   return std::nullopt;
 }
 
-void Job::ShutdownTasks(const std::string& reason, bool job_succeeded) {
+namespace {
+
+// How long a restarted chief asks a task that does not obey it yet (it registers again within
+// a second of the chief's restart, and then does) to stop.
+constexpr absl::Duration kRestartedChiefPatience = absl::Seconds(10);
+
+// Tells every task to stop, in parallel, each call with a short deadline. A task that refuses
+// the chief (PERMISSION_DENIED: it has not learnt of this chief yet) is asked again until
+// `patience` has passed; zero: once.
+void TellTasksToStop(const std::vector<std::unique_ptr<ParameterServerService::Stub>>& ps,
+                     const std::vector<std::unique_ptr<WorkerService::Stub>>& workers,
+                     const ShutdownRequest& req, absl::Duration patience) {
+  const absl::Time until = absl::Now() + patience;
+  auto shutdown = [&](auto* stub) {
+    for (;;) {
+      ShutdownResponse resp;
+      const grpc::Status s = stub->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
+      if (s.error_code() != grpc::StatusCode::PERMISSION_DENIED || absl::Now() >= until) return;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  };
   std::vector<std::thread> threads;
+  for (auto& stub : ps) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
+  for (auto& stub : workers) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+void Job::ShutdownTasks(const std::string& reason, bool job_succeeded) {
   ShutdownRequest req;
   *req.mutable_sender() = Chief();
   req.set_reason(reason.substr(0, kMaxTextBytes));
   req.set_job_succeeded(job_succeeded);
-  auto shutdown = [&req](auto* stub) {
-    ShutdownResponse resp;
-    stub->Shutdown(ContextWithTimeout(absl::Seconds(3)).get(), req, &resp);
-  };
-  for (auto& stub : ps_) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
-  for (auto& stub : workers_) threads.emplace_back([&, s = stub.get()] { shutdown(s); });
-  for (auto& t : threads) t.join();
+  TellTasksToStop(ps_, workers_, req, absl::ZeroDuration());
 }
 
 namespace {
@@ -219,6 +242,61 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options) {
 
 namespace {
 
+// MasterService for `coordinator` on the chief's address.
+absl::StatusOr<std::unique_ptr<grpc::Server>> ServeMaster(const MasterOptions& options,
+                                                          Coordinator* coordinator,
+                                                          std::unique_ptr<grpc::Service>* service) {
+  *service = MakeMasterService(coordinator);
+  return StartGrpcServer(options.listen_address, {service->get()});
+}
+
+// A chief restarted after the job had ended (`saved`: the result its predecessor saved before
+// it told the tasks to stop). It serves MasterService, so that a task still running learns of
+// this chief when it registers again and obeys it, tells every task to stop (a task that has
+// exited is not there to answer), and reports the saved result with its own restart counted.
+absl::StatusOr<JobResult> ReportFinishedJob(const MasterOptions& options,
+                                            const std::string& saved) {
+  spdlog::warn(
+      "the job finished before this chief was restarted: its result is {}/result.json; telling "
+      "every task to stop",
+      options.job.checkpoint_dir);
+  nlohmann::json j = nlohmann::json::parse(saved);  // an object: SavedJobResult checked it
+  for (const char* key : {"chief_restarts", "failures_survived"}) {
+    if (j.contains(key) && j[key].is_number_integer()) j[key] = j[key].get<int64_t>() + 1;
+  }
+  Coordinator coordinator(options.ps_addresses, static_cast<int>(options.worker_addresses.size()));
+  coordinator.EndJob();
+  std::unique_ptr<grpc::Service> service;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      ServeMaster(options, &coordinator, &service);
+  if (!server.ok()) return server.status();
+  std::vector<std::unique_ptr<ParameterServerService::Stub>> ps;
+  std::vector<std::unique_ptr<WorkerService::Stub>> workers;
+  for (const std::string& a : options.ps_addresses) {
+    ps.push_back(ParameterServerService::NewStub(MakeChannel(a)));
+  }
+  for (const std::string& a : options.worker_addresses) {
+    workers.push_back(WorkerService::NewStub(MakeChannel(a)));
+  }
+  ShutdownRequest req;
+  *req.mutable_sender() = MakeSender("chief", 0);
+  req.set_reason("job finished");
+  req.set_job_succeeded(true);
+  TellTasksToStop(ps, workers, req, kRestartedChiefPatience);
+  coordinator.RequestStop();
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  if (options.monitor != nullptr) {
+    options.monitor->Update([&](JobStatus* s) {
+      s->mode = options.job.mode;
+      s->model = options.job.model;
+      s->state = "succeeded";
+    });
+  }
+  JobResult result;
+  result.finished_before = j.dump();
+  return result;
+}
+
 absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   const JobConfig& config = options.job;
   const int num_workers = static_cast<int>(options.worker_addresses.size());
@@ -226,10 +304,13 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   if (absl::Status s = config.ValidateFor(num_ps, num_workers); !s.ok()) return s;
   std::unique_ptr<CheckpointManager> checkpoints;
   std::unique_ptr<LoadedCheckpoint> restore;
-  if (absl::Status s = OpenCheckpoints(config, options.ps_addresses, &checkpoints, &restore);
+  std::string finished;
+  if (absl::Status s =
+          OpenCheckpoints(config, options.ps_addresses, &checkpoints, &restore, &finished);
       !s.ok()) {
     return s;
   }
+  if (!finished.empty()) return ReportFinishedJob(options, finished);
   std::unique_ptr<ModelJob> model_job;
   if (config.BuiltInModel()) {
     absl::StatusOr<std::unique_ptr<ModelJob>> prepared = ModelJob::Prepare(config, num_ps);
@@ -244,9 +325,9 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   Coordinator coordinator(options.ps_addresses, num_workers);
   StopRegistration stoppable(&coordinator);
   coordinator.SetMode(config.mode);
-  std::unique_ptr<grpc::Service> service = MakeMasterService(&coordinator);
+  std::unique_ptr<grpc::Service> service;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      StartGrpcServer(options.listen_address, {service.get()});
+      ServeMaster(options, &coordinator, &service);
   if (!server.ok()) return server.status();
   spdlog::info("chief listening on {}, waiting for {} ps and {} workers", options.listen_address,
                num_ps, num_workers);
@@ -263,8 +344,19 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   coordinator.EndJob();
   status.Finish(result.status());
   coordinator.RequestStop();
+  // Saved before the tasks are told to stop: a chief restarted after that reports it.
+  if (result.ok() && checkpoints != nullptr) {
+    if (absl::Status s = SaveJobResult(config.checkpoint_dir, result->ToJson()); !s.ok()) {
+      spdlog::warn("the job's result is not saved beside its checkpoints: {}",
+                   std::string(s.message()));
+    }
+  }
   job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()),
                     result.ok());
+  if (config.end_delay_ms > 0) {
+    spdlog::info("the chief reports the result in {} ms (--end_delay_ms)", config.end_delay_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(config.end_delay_ms));
+  }
   // A task killed after the result was made comes back while the others are told to stop.
   if (result.ok()) result->restarts_after_end = coordinator.restarts_after_end();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));

@@ -112,6 +112,9 @@ absl::Status JobConfig::Validate() const {
   if (eval_delay_ms < 0) {
     return Bad("--eval_delay_ms ", eval_delay_ms, " must be non-negative");
   }
+  if (end_delay_ms < 0) {
+    return Bad("--end_delay_ms ", end_delay_ms, " must be non-negative");
+  }
   if (push_bucket_bytes < 0) {
     return Bad("--push_bucket_bytes ", push_bucket_bytes, " must be non-negative");
   }
@@ -186,6 +189,7 @@ absl::Status JobConfig::ValidateFor(int num_ps, int num_workers) const {
 }
 
 std::string JobResult::ToJson() const {
+  if (!finished_before.empty()) return finished_before;
   nlohmann::json j = {{"mode", mode},
                       {"examples_per_sec", std::llround(examples_per_sec)},
                       {"global_step", global_step},

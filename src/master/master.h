@@ -59,7 +59,9 @@ struct JobConfig {
   int64_t push_bucket_bytes = 1 << 20;
   int slow_worker = -1;  // for tests: this worker sleeps slow_worker_delay_ms per step
   int slow_worker_delay_ms = 0;
-  int eval_delay_ms = 0;      // for tests: the chief waits this long before the final evaluation
+  int eval_delay_ms = 0;  // for tests: the chief waits this long before the final evaluation
+  int end_delay_ms =
+      0;  // for tests: and this long after it told the tasks to stop, before it returns
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
   int batch_size = 64;
   int epochs = 3;
@@ -217,6 +219,9 @@ struct JobResult {
   int64_t failures_survived() const {
     return workers_replaced + rollbacks + chief_restarts + restarts_after_end;
   }
+  // A chief restarted after the job had ended: the result (JSON) its predecessor saved beside
+  // the checkpoints, with this restart counted; ToJson gives it as it is.
+  std::string finished_before;
   std::string ToJson() const;
 };
 
