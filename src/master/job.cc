@@ -19,6 +19,19 @@ absl::Status Stopped(const std::string& reason) {
   return absl::CancelledError(absl::StrCat("stopped by ", reason));
 }
 
+namespace {
+
+// One stub of `Service` per address, in the order of `addresses`.
+template <typename Service>
+std::vector<std::unique_ptr<typename Service::Stub>> StubsFor(
+    const std::vector<std::string>& addresses) {
+  std::vector<std::unique_ptr<typename Service::Stub>> stubs;
+  for (const std::string& a : addresses) stubs.push_back(Service::NewStub(MakeChannel(a)));
+  return stubs;
+}
+
+}  // namespace
+
 Job::Job(const MasterOptions& options, Coordinator* coordinator, ModelJob* model_job,
          VariablePlacer* placer, TableCreator* tables, StatusTracker* status)
     : config_(options.job),
@@ -28,14 +41,9 @@ Job::Job(const MasterOptions& options, Coordinator* coordinator, ModelJob* model
       tables_(tables),
       status_(status),
       print_progress_(options.print_progress),
-      ps_addresses_(options.ps_addresses) {
-  for (const std::string& a : options.ps_addresses) {
-    ps_.push_back(ParameterServerService::NewStub(MakeChannel(a)));
-  }
-  for (const std::string& a : options.worker_addresses) {
-    workers_.push_back(WorkerService::NewStub(MakeChannel(a)));
-  }
-}
+      ps_addresses_(options.ps_addresses),
+      ps_(StubsFor<ParameterServerService>(options.ps_addresses)),
+      workers_(StubsFor<WorkerService>(options.worker_addresses)) {}
 
 Sender Job::Chief() const {
   Sender s = MakeSender("chief", 0);
@@ -270,19 +278,12 @@ absl::StatusOr<JobResult> ReportFinishedJob(const MasterOptions& options,
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       ServeMaster(options, &coordinator, &service);
   if (!server.ok()) return server.status();
-  std::vector<std::unique_ptr<ParameterServerService::Stub>> ps;
-  std::vector<std::unique_ptr<WorkerService::Stub>> workers;
-  for (const std::string& a : options.ps_addresses) {
-    ps.push_back(ParameterServerService::NewStub(MakeChannel(a)));
-  }
-  for (const std::string& a : options.worker_addresses) {
-    workers.push_back(WorkerService::NewStub(MakeChannel(a)));
-  }
   ShutdownRequest req;
   *req.mutable_sender() = MakeSender("chief", 0);
   req.set_reason("job finished");
   req.set_job_succeeded(true);
-  TellTasksToStop(ps, workers, req, kRestartedChiefPatience);
+  TellTasksToStop(StubsFor<ParameterServerService>(options.ps_addresses),
+                  StubsFor<WorkerService>(options.worker_addresses), req, kRestartedChiefPatience);
   coordinator.RequestStop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   if (options.monitor != nullptr) {
