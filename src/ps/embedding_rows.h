@@ -1,6 +1,6 @@
 // The storage of one embedding table (internal to src/ps; EmbeddingTable in embedding_table.cc is
-// its only user). Not thread-safe: the caller holds its lock, shared for const calls (which may
-// run concurrently) and exclusive for the others.
+// its only user, embedding_layout.cc sizes it for a table's caps). Not thread-safe: the caller
+// holds its lock, shared for const calls (which may run concurrently) and exclusive for the others.
 //
 // A row lives in a slot: `floats_per_row` floats in an arena (the row, then its optimizer
 // slots), plus 20 bytes of bookkeeping (the key, the low 32 bits of the step of its last update,
