@@ -1,75 +1,17 @@
 #include "client/table_client.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/fan_out.h"
-#include "common/keys.h"
+#include "client/table_client_impl.h"
 
 namespace pstrain {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "keys and rows travel as little-endian arrays, copied as they lie in memory");
-
-// Key -> slot index for one batch, reset in O(1). absl::flat_hash_map would do, but its clear()
-// frees any array past 127 slots, so every batch would allocate anew; this one keeps its array
-// and forgets keys by bumping an epoch. Open addressing with linear probing on MixKey(key).
-class KeyIndex {
- public:
-  // Forgets every key and makes room for `n` keys.
-  void Reset(size_t n) {
-    const size_t cap = std::bit_ceil(std::max<size_t>(16, 2 * n));
-    if (cap > slots_.size()) slots_.assign(cap, Slot{});
-    mask_ = cap - 1;
-    if (++epoch_ == 0) {  // the stamps wrapped: forget them for real
-      std::fill(slots_.begin(), slots_.end(), Slot{});
-      epoch_ = 1;
-    }
-  }
-  // The value of `key`, after storing `value` for it if it was absent; `inserted` says which.
-  uint32_t Insert(uint64_t key, uint32_t value, bool* inserted) {
-    for (size_t i = MixKey(key) & mask_;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (s.epoch != epoch_) {
-        s = {key, value, epoch_};
-        *inserted = true;
-        return value;
-      }
-      if (s.key == key) {
-        *inserted = false;
-        return s.value;
-      }
-    }
-  }
-
- private:
-  struct Slot {
-    uint64_t key = 0;
-    uint32_t value = 0;
-    uint32_t epoch = 0;  // the slot holds a key of this batch iff epoch == epoch_
-  };
-  std::vector<Slot> slots_;
-  size_t mask_ = 0;
-  uint32_t epoch_ = 0;
-};
-
-// Splits order[begin, end) into runs of consecutive positions and calls copy(offset, first,
-// count) for each: order[begin + offset + i] == first + i for i < count. Keys already grouped
-// by PS (one PS, or sorted input) are then copied in one piece rather than row by row.
-template <typename Copy>
-void ForEachRun(const std::vector<uint32_t>& order, int64_t begin, int64_t end, Copy copy) {
-  for (int64_t j = begin; j < end;) {
-    int64_t k = j + 1;
-    while (k < end && order[k] == order[k - 1] + 1) ++k;
-    copy(j - begin, static_cast<size_t>(order[j]), static_cast<size_t>(k - j));
-    j = k;
-  }
-}
+using table_client_internal::ForEachRun;
 
 // A table's keys on one PS go into requests in slices of at most this many keys.
 int64_t KeysPerSlice(const TableRequestLimits& limits, int64_t bytes_per_key) {
@@ -77,84 +19,6 @@ int64_t KeysPerSlice(const TableRequestLimits& limits, int64_t bytes_per_key) {
 }
 
 }  // namespace
-
-class TableClient::Impl {
- public:
-  Impl(const std::vector<std::string>& ps_addresses, std::vector<TableRef> tables, Sender sender,
-       absl::Duration timeout, TableRequestLimits limits)
-      : tables_(std::move(tables)),
-        sender_(std::move(sender)),
-        limits_(limits),
-        peers_(ps_addresses, timeout),
-        num_ps_(peers_.size()),
-        versions_(static_cast<size_t>(num_ps_) * tables_.size(), 0),
-        read_(versions_.size(), 0),
-        groups_(tables_.size()),
-        unique_keys_(tables_.size()),
-        unique_grads_(tables_.size()),
-        push_keys_(tables_.size()),
-        push_grads_(tables_.size()) {}
-
-  absl::Status Lookup(const std::vector<std::vector<uint64_t>>& keys,
-                      std::vector<std::vector<float>>* rows, uint64_t min_version, int64_t clock);
-  absl::Status Push(const std::vector<std::vector<uint64_t>>& keys,
-                    const std::vector<std::vector<float>>& grads, bool every_ps, int* stale_dropped,
-                    const PushTag* tag);
-  uint64_t min_version_read() const { return min_read_; }
-  const std::vector<TableRef>& tables() const { return tables_; }
-  void set_canceller(CallCanceller* canceller) { peers_.set_canceller(canceller); }
-
- private:
-  // The keys of one table in one call, grouped by PS: order[begin[p] .. begin[p+1]) are the
-  // positions (in the caller's key array) of the keys on PS p, in their original order.
-  struct Group {
-    std::vector<uint32_t> order;
-    std::vector<int64_t> begin;
-    std::vector<int32_t> ps_of;  // scratch: PS of each key
-  };
-  // One slice of a table's keys on one PS, carried as entry `entry` of request `request`.
-  struct Part {
-    int request, entry, table, ps;
-    int64_t begin, end;  // into groups_[table].order
-  };
-
-  absl::Status CheckTableCount(const char* what, size_t n) const;
-  // OK if `resp` holds the rows of part `p`: one row of the table's dim per key.
-  absl::Status CheckRows(const Part& p, const LookupResponse& resp) const;
-  void GroupByPs(size_t t, const uint64_t* keys, size_t n);
-  // Push: sums the rows of repeated keys of table t into unique_keys_[t] / unique_grads_[t]
-  // and points push_keys_[t] / push_grads_[t] at them. Returns the number of distinct keys.
-  size_t SumRepeats(size_t t, const std::vector<uint64_t>& keys, const std::vector<float>& grads);
-  // Plans requests over the current groups: a table's keys on a PS travel in as few requests
-  // as the limits allow. With `every_table`, every PS gets a request naming every table.
-  void Plan(bool every_table);
-  // Writes the keys of part `p` (from `keys`, the array the group indexes) to `out`.
-  void CopyKeys(const Part& p, const uint64_t* keys, std::string* out) const;
-  int Slot(int ps, int table) const { return ps * static_cast<int>(tables_.size()) + table; }
-
-  const std::vector<TableRef> tables_;
-  const Sender sender_;
-  const TableRequestLimits limits_;
-  PsPeers peers_;
-  const int num_ps_;
-
-  std::vector<uint64_t> versions_;  // by Slot(ps, table): read by the latest lookup there
-  std::vector<uint64_t> read_;      // scratch of one lookup, by Slot(ps, table)
-  uint64_t min_read_ = 0;
-  // Buffers reused by every call, so that a steady state allocates little beyond gRPC's own.
-  KeyIndex index_;
-  std::vector<Group> groups_;                       // by table
-  std::vector<std::vector<uint64_t>> unique_keys_;  // push: distinct keys, by table
-  std::vector<std::vector<float>> unique_grads_;    // push: their summed rows
-  std::vector<const uint64_t*> push_keys_;          // push: the keys sent, by table ...
-  std::vector<const float*> push_grads_;            // ... and their rows
-  std::vector<Part> parts_;
-  std::vector<int> targets_;  // PS of each request
-  std::vector<LookupRequest> lookup_reqs_;
-  std::vector<LookupResponse> lookup_resps_;
-  std::vector<PushSparseRequest> push_reqs_;
-  std::vector<PushSparseResponse> push_resps_;
-};
 
 absl::Status TableClient::Impl::CheckTableCount(const char* what, size_t n) const {
   if (n == tables_.size()) return absl::OkStatus();
@@ -311,120 +175,6 @@ absl::Status TableClient::Impl::Lookup(const std::vector<std::vector<uint64_t>>&
     min_read_ = std::min(min_read_, read_[Slot(p.ps, p.table)]);
   }
   return absl::OkStatus();
-}
-
-size_t TableClient::Impl::SumRepeats(size_t t, const std::vector<uint64_t>& keys,
-                                     const std::vector<float>& grads) {
-  const size_t dim = tables_[t].dim;
-  std::vector<uint64_t>& uk = unique_keys_[t];
-  std::vector<float>& ug = unique_grads_[t];
-  uk.clear();
-  ug.clear();
-  index_.Reset(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    bool inserted = false;
-    const uint32_t u = index_.Insert(keys[i], static_cast<uint32_t>(uk.size()), &inserted);
-    const float* g = grads.data() + i * dim;
-    if (inserted) {
-      uk.push_back(keys[i]);
-      ug.insert(ug.end(), g, g + dim);
-    } else {
-      float* sum = ug.data() + static_cast<size_t>(u) * dim;
-      for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
-    }
-  }
-  push_keys_[t] = uk.data();
-  push_grads_[t] = ug.data();
-  return uk.size();
-}
-
-absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& keys,
-                                     const std::vector<std::vector<float>>& grads, bool every_ps,
-                                     int* stale_dropped, const PushTag* tag) {
-  if (absl::Status s = CheckTableCount("push", keys.size()); !s.ok()) return s;
-  if (grads.size() != keys.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("push of keys for ", keys.size(),
-                                                   " tables with gradients for ", grads.size()));
-  }
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const std::vector<uint64_t>& k = keys[t];
-    const size_t dim = tables_[t].dim;
-    if (grads[t].size() != k.size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table \"", tables_[t].name, "\": push of ", k.size(), " keys with ", grads[t].size(),
-          " gradient floats, expected ", k.size() * dim, " (dim ", dim, ")"));
-    }
-    if (k.size() > std::numeric_limits<uint32_t>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table \"", tables_[t].name, "\": push of ", k.size(), " keys in one call"));
-    }
-    // The PS refuses a repeated key: sum the rows of each key into its first occurrence. Keys
-    // that are distinct already are sent from the caller's arrays.
-    push_keys_[t] = k.data();
-    push_grads_[t] = grads[t].data();
-    size_t distinct = k.size();
-    index_.Reset(k.size());
-    for (size_t i = 0; i < k.size(); ++i) {
-      bool inserted = false;
-      index_.Insert(k[i], static_cast<uint32_t>(i), &inserted);
-      if (!inserted) {
-        distinct = SumRepeats(t, k, grads[t]);
-        break;
-      }
-    }
-    GroupByPs(t, push_keys_[t], distinct);
-  }
-  Plan(/*every_table=*/every_ps);
-  if (tag != nullptr) {
-    for (size_t i = 1; i < parts_.size(); ++i) {
-      const Part& p = parts_[i];
-      if (p.table == parts_[i - 1].table && p.ps == parts_[i - 1].ps) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table \"", tables_[p.table].name, "\": the keys of one tagged push to ",
-                         TaskName("ps", p.ps), " need more than one request; use smaller batches"));
-      }
-    }
-  }
-  const size_t n = targets_.size();
-  if (push_reqs_.size() < n) {
-    push_reqs_.resize(n);
-    push_resps_.resize(n);
-  }
-  for (size_t r = 0; r < n; ++r) {
-    *push_reqs_[r].mutable_sender() = sender_;
-    push_reqs_[r].mutable_gradients()->Clear();
-    if (tag != nullptr) {
-      *push_reqs_[r].mutable_tag() = *tag;
-    } else {
-      push_reqs_[r].clear_tag();
-    }
-  }
-  for (const Part& p : parts_) {
-    SparseGradient* g = push_reqs_[p.request].add_gradients();
-    const TableRef& table = tables_[p.table];
-    g->set_table(table.name);
-    g->set_read_version(versions_[Slot(p.ps, p.table)]);
-    CopyKeys(p, push_keys_[p.table], g->mutable_keys());
-    const size_t row_bytes = static_cast<size_t>(table.dim) * sizeof(float);
-    std::string* rows = g->mutable_rows();
-    rows->resize((p.end - p.begin) * row_bytes);
-    char* dst = rows->data();
-    const float* src = push_grads_[p.table];
-    const std::vector<uint32_t>& order = groups_[p.table].order;
-    ForEachRun(order, p.begin, p.end, [&](int64_t at, size_t first, size_t count) {
-      std::memcpy(dst + at * row_bytes, src + first * table.dim, count * row_bytes);
-    });
-  }
-  absl::Status s = peers_.FanOut("PushSparse", targets_, push_reqs_, push_resps_,
-                                 /*retry=*/tag != nullptr,
-                                 [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
-                                   async->PushSparse(ctx, req, resp, std::move(done));
-                                 });
-  if (s.ok() && stale_dropped != nullptr) {
-    *stale_dropped = 0;
-    for (size_t r = 0; r < n; ++r) *stale_dropped += push_resps_[r].stale_dropped();
-  }
-  return s;
 }
 
 TableClient::TableClient(const std::vector<std::string>& ps_addresses, std::vector<TableRef> tables,
