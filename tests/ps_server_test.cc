@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "ps/ps.h"
+#include "raw_call_testing.h"
 
 namespace pstrain {
 namespace {
@@ -537,21 +536,13 @@ TEST_F(ParameterServerGrpcTest, DeleteVariablesRemovesThemForTheChiefOnly) {
 
 // Bytes that are not a valid message, sent to each method as a raw call.
 TEST_F(ParameterServerGrpcTest, AnUnparseableRequestIsInvalidArgumentWithAMessage) {
-  grpc::GenericStub generic(MakeChannel(address_));
+  const std::shared_ptr<grpc::Channel> channel = MakeChannel(address_);
   for (const char* method : {"Configure", "CreateVariables", "DeleteVariables", "Pull", "Push",
                              "Leave", "Stats", "Shutdown"}) {
     SCOPED_TRACE(method);
-    grpc::Slice slice(std::string("\xff\xff\xff\xff\x0f"));
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::ClientContext ctx;
-    absl::Notification done;
-    grpc::Status status;
-    generic.UnaryCall(&ctx, absl::StrCat("/pstrain.ParameterServerService/", method),
-                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-                        status = std::move(s);
-                        done.Notify();
-                      });
-    done.WaitForNotification();
+    const grpc::Status status =
+        ps_testing::RawUnaryCall(channel, absl::StrCat("/pstrain.ParameterServerService/", method),
+                                 std::string("\xff\xff\xff\xff\x0f"));
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(),
                 AllOf(HasSubstr(absl::StrCat(method,

@@ -13,9 +13,9 @@
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "ps_tables_testing.h"
+#include "raw_call_testing.h"
 
 namespace pstrain {
 namespace {
@@ -131,20 +131,12 @@ TEST_F(PsTablesGrpcTest, ASyncLookupWaitsOnTheServerUntilTheStepApplies) {
 
 TEST_F(PsTablesGrpcTest, TableRequestsThatDoNotParseAreInvalidArgument) {
   Start(nullptr);
-  grpc::GenericStub generic(channel_);
+  const std::shared_ptr<grpc::Channel> channel = channel_;
   for (const char* method : {"CreateTables", "Lookup", "PushSparse"}) {
     SCOPED_TRACE(method);
-    grpc::Slice slice(std::string("\xff\xff\xff\xff\x0f"));
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::ClientContext ctx;
-    absl::Notification done;
-    grpc::Status status;
-    generic.UnaryCall(&ctx, absl::StrCat("/pstrain.ParameterServerService/", method),
-                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-                        status = std::move(s);
-                        done.Notify();
-                      });
-    done.WaitForNotification();
+    const grpc::Status status =
+        ps_testing::RawUnaryCall(channel, absl::StrCat("/pstrain.ParameterServerService/", method),
+                                 std::string("\xff\xff\xff\xff\x0f"));
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), AllOf(HasSubstr(method), HasSubstr("not a valid")));
   }
