@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "coordinator_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/coordinator.h"
@@ -19,14 +20,6 @@ namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-Sender Task(const std::string& job, int task, uint64_t incarnation) {
-  Sender s;
-  s.set_job(job);
-  s.set_task(task);
-  s.set_incarnation(incarnation);
-  return s;
-}
 
 // One Barrier call as a test sees it: its answer, and a switch that cancels it.
 class Arrival {

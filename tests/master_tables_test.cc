@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "master/coordinator.h"
@@ -12,14 +13,6 @@ namespace pstrain {
 namespace {
 
 using ::testing::HasSubstr;
-
-Sender Task(const std::string& job, int task, uint64_t incarnation) {
-  Sender s;
-  s.set_job(job);
-  s.set_task(task);
-  s.set_incarnation(incarnation);
-  return s;
-}
 
 TEST(CoordinatorCreateTable, ChecksTheSenderThenCallsTheHook) {
   Coordinator c(std::vector<std::string>{"h:1"}, 1, absl::Milliseconds(5));
