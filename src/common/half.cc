@@ -1,6 +1,6 @@
 #include "common/half.h"
 
-#include <cstring>
+#include <bit>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -13,16 +13,8 @@
 namespace pstrain {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
 
 uint16_t ToHalf(float f) {
   const uint32_t x = Bits(f);
