@@ -43,6 +43,14 @@ class LedgerFaultTest : public ProcessTest {
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
+
+  struct Tasks {
+    std::string cluster;
+    Proc chief, ps0, ps1, w0, w1;
+  };
+  // The whole cluster, returned a second after the chief began its first epoch: mid-epoch, each
+  // worker holding a task.
+  Tasks StartMidEpoch();
 };
 
 // The chief's flags: 2 epochs of 60 tasks, a heartbeat every 0.2 s, dead after 2 s of silence.
@@ -68,18 +76,25 @@ std::vector<std::string> ChiefFlags() {
           "2"};
 }
 
+LedgerFaultTest::Tasks LedgerFaultTest::StartMidEpoch() {
+  Tasks t;
+  t.cluster = Cluster();
+  t.chief = StartTagged(Server(t.cluster, "chief", 0, ChiefFlags()));
+  t.ps0 = StartTagged(Server(t.cluster, "ps", 0));
+  t.ps1 = StartTagged(Server(t.cluster, "ps", 1));
+  t.w0 = StartTagged(Server(t.cluster, "worker", 0));
+  t.w1 = StartTagged(Server(t.cluster, "worker", 1));
+  WaitForText(t.chief.err_path, "epoch 1/2");
+  EXPECT_THAT(ReadFile(t.chief.err_path), HasSubstr("epoch 1/2"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  return t;
+}
+
 // A worker paused (SIGSTOP) past the deadline is declared dead; once resumed it is told so by
 // its next Heartbeat and exits, and the job finishes without it, every task applied once.
 TEST_F(LedgerFaultTest, AWorkerBackFromTheDeadIsToldSoAndTheJobFinishesWithoutIt) {
-  const std::string cluster = Cluster();
-  Proc chief = StartTagged(Server(cluster, "chief", 0, ChiefFlags()));
-  Proc ps0 = StartTagged(Server(cluster, "ps", 0));
-  Proc ps1 = StartTagged(Server(cluster, "ps", 1));
-  Proc w0 = StartTagged(Server(cluster, "worker", 0));
-  Proc w1 = StartTagged(Server(cluster, "worker", 1));
-  WaitForText(chief.err_path, "epoch 1/2");
-  ASSERT_THAT(ReadFile(chief.err_path), HasSubstr("epoch 1/2"));
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto& [cluster, chief, ps0, ps1, w0, w1] = StartMidEpoch();
+  if (HasFailure()) return;  // the chief never began its first epoch
   kill(w1.pid, SIGSTOP);
   WaitForText(chief.err_path, "worker:1 declared dead");
   kill(w1.pid, SIGCONT);
@@ -98,15 +113,8 @@ TEST_F(LedgerFaultTest, AWorkerBackFromTheDeadIsToldSoAndTheJobFinishesWithoutIt
 }
 
 TEST_F(LedgerFaultTest, AKilledWorkerIsReplacedAndEveryTaskIsAppliedOnce) {
-  const std::string cluster = Cluster();
-  Proc chief = StartTagged(Server(cluster, "chief", 0, ChiefFlags()));
-  Proc ps0 = StartTagged(Server(cluster, "ps", 0));
-  Proc ps1 = StartTagged(Server(cluster, "ps", 1));
-  Proc w0 = StartTagged(Server(cluster, "worker", 0));
-  Proc w1 = StartTagged(Server(cluster, "worker", 1));
-  WaitForText(chief.err_path, "epoch 1/2");
-  ASSERT_THAT(ReadFile(chief.err_path), HasSubstr("epoch 1/2"));
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // mid-epoch, holding a task
+  const auto& [cluster, chief, ps0, ps1, w0, w1] = StartMidEpoch();
+  if (HasFailure()) return;  // the chief never began its first epoch
   kill(w1.pid, SIGKILL);
   EXPECT_EQ(Wait(w1, 10).exit_code, 128 + SIGKILL);
   WaitForText(chief.err_path, "worker:1 declared dead");
