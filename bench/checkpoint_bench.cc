@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/tensor_codec.h"
-#include "local_ps.h"
+#include "local_ps_testing.h"
 #include "master/checkpoints.h"
 #include "master/variables.h"
 
@@ -53,7 +53,7 @@ int Main(int argc, char** argv) {
                                    : (std::filesystem::temp_directory_path() /
                                       ("checkpoint_bench-" + std::to_string(::getpid())))
                                          .string();
-  bench::LocalPs ps;
+  ps_testing::LocalPs ps;
   if (!ps.status.ok()) return std::fprintf(stderr, "%s\n", ps.status.ToString().c_str()), 1;
   auto placer = *VariablePlacer::Create({ps.address}, "auto", "greedy", absl::Seconds(60));
   OptimizerConfig o;

@@ -23,7 +23,7 @@
 #include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
-#include "local_ps.h"
+#include "local_ps_testing.h"
 #include "model/model.h"
 #include "ps/optimizer.h"
 #include "ps/ps.h"
@@ -176,7 +176,7 @@ int64_t MlpFloats() {
 }
 
 // One PS task serving on 127.0.0.1 at a port the kernel picked, async mode.
-using bench::LocalPs;
+using ps_testing::LocalPs;
 
 // Creates the variables of `vars` (Glorot values, SGD) on their tasks.
 absl::Status CreateVariables(const std::vector<LocalPs*>& ps,

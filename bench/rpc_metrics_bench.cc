@@ -15,7 +15,7 @@
 #include "common/rpc.h"
 #include "common/rpc_metrics.h"
 #include "common/tensor_codec.h"
-#include "local_ps.h"
+#include "local_ps_testing.h"
 #include "ps.grpc.pb.h"
 
 namespace pstrain {
@@ -24,7 +24,7 @@ namespace {
 constexpr int kFloats = 1024;  // 4 KB
 
 void BM_Pull4K(benchmark::State& state) {
-  bench::LocalPs ps;
+  ps_testing::LocalPs ps;
   CreateVariablesRequest create;
   *create.mutable_sender() = MakeSender("chief", 0);
   VariableDef* def = create.add_variables();

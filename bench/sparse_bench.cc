@@ -32,7 +32,7 @@
 #include "client/table_client.h"
 #include "common/keys.h"
 #include "common/rpc.h"
-#include "local_ps.h"
+#include "local_ps_testing.h"
 #include "ps/embedding_table.h"
 #include "ps/ps.h"
 
@@ -163,8 +163,8 @@ void BM_SparseLocal(benchmark::State& state) {
 // One PS task serving on 127.0.0.1 at a port the kernel picked, async, with table "emb" of
 // `dim` warmed by every worker's batches, so the timed loop updates rows that exist.
 // One PS holding the table "emb" of `dim`, for two workers.
-struct TablePs : bench::LocalPs {
-  explicit TablePs(int dim) : LocalPs(2) {
+struct TablePs : ps_testing::LocalPs {
+  explicit TablePs(int dim) : LocalPs(ps_testing::Consistency("async", 2, 2)) {
     CreateTablesRequest create;
     *create.mutable_sender() = MakeSender("chief", 0);
     *create.add_tables() = Def(dim);

@@ -21,7 +21,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/tensor_codec.h"
-#include "local_ps.h"
+#include "local_ps_testing.h"
 #include "runtime/certs.h"
 
 namespace pstrain {
@@ -38,7 +38,7 @@ const Size kSizes[] = {{"1 MB", 1 << 18, 40}, {"4 KB", 1 << 10, 400}};
 struct Setup {
   explicit Setup(const Security& s) : security(s) {
     SetSecurity(security);
-    ps = std::make_unique<bench::LocalPs>();
+    ps = std::make_unique<ps_testing::LocalPs>();
     if (!ps->status.ok()) Fail(ps->status);
     for (const Size& size : kSizes) {
       const std::string name = std::string("v") + std::to_string(size.floats);
@@ -85,7 +85,7 @@ struct Setup {
   }
 
   Security security;
-  std::unique_ptr<bench::LocalPs> ps;
+  std::unique_ptr<ps_testing::LocalPs> ps;
   std::vector<std::unique_ptr<PsClient>> clients;
   std::vector<std::vector<Tensor>> grads;
 };

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "local_ps_testing.h"
 #include "ps/ps.h"
 
 namespace pstrain {
@@ -24,39 +25,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// One PS task serving on 127.0.0.1 at a port the kernel picked.
-struct LocalPs {
-  explicit LocalPs(int task, const std::string& mode = "async", int workers = 1) {
-    ps = *ParameterServer::Create({.task = task});
-    ConfigureRequest req;
-    *req.mutable_sender() = MakeSender("chief", 0);
-    req.mutable_consistency()->set_mode(mode);
-    req.mutable_consistency()->set_num_workers(workers);
-    req.mutable_consistency()->set_replicas_to_aggregate(workers);
-    req.set_wait_timeout_s(30);
-    ConfigureResponse resp;
-    status = ps->Configure(req, &resp);
-    service = MakeParameterServerService(ps.get(), nullptr);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-    if (started.ok()) server = *std::move(started);
-    if (status.ok()) status = started.status();
-    address = absl::StrCat("127.0.0.1:", port);
-  }
-  ~LocalPs() { StopServing(); }
-  void StopServing() {
-    if (server == nullptr) return;
-    ps->Stop();
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    server.reset();
-  }
-  absl::Status status;
-  std::unique_ptr<ParameterServer> ps;
-  std::unique_ptr<grpc::Service> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
+using ps_testing::LocalPs;
 
 TableDef Def(const std::string& name, int dim, const std::string& init = "normal") {
   TableDef d;
@@ -76,7 +45,7 @@ class Cluster {
  public:
   explicit Cluster(int num_ps) {
     for (int t = 0; t < num_ps; ++t) {
-      ps_.push_back(std::make_unique<LocalPs>(t));
+      ps_.push_back(std::make_unique<LocalPs>(ps_testing::Consistency("async", 1, 1), t));
       EXPECT_TRUE(ps_.back()->status.ok()) << ps_.back()->status;
       addresses_.push_back(ps_.back()->address);
     }

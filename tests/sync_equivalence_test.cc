@@ -8,46 +8,15 @@
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "local_ps_testing.h"
 #include "model/model.h"
 #include "ps/ps.h"
 
 namespace pstrain {
 namespace {
 
-// One PS task serving on 127.0.0.1 at a port the kernel picked.
-struct LocalPs {
-  explicit LocalPs(const ConsistencyConfig& c) {
-    ps = *ParameterServer::Create({});
-    ConfigureRequest req;
-    *req.mutable_sender() = MakeSender("chief", 0);
-    *req.mutable_consistency() = c;
-    ConfigureResponse resp;
-    EXPECT_TRUE(ps->Configure(req, &resp).ok());
-    service = MakeParameterServerService(ps.get(), nullptr);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service.get());
-    server = builder.BuildAndStart();
-    address = "127.0.0.1:" + std::to_string(port);
-  }
-  ~LocalPs() {
-    ps->Stop();
-    server->Shutdown();
-  }
-  std::unique_ptr<ParameterServer> ps;
-  std::unique_ptr<grpc::Service> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
-
-ConsistencyConfig Mode(const std::string& mode, int workers, int replicas) {
-  ConsistencyConfig c;
-  c.set_mode(mode);
-  c.set_num_workers(workers);
-  c.set_replicas_to_aggregate(replicas);
-  return c;
-}
+using ps_testing::Consistency;
+using ps_testing::LocalPs;
 
 Sender Worker(int task) {
   Sender s = MakeSender("worker", task);
@@ -87,6 +56,7 @@ void CreateOn(std::vector<LocalPs*> ps, const Mlp& model, const OptimizerConfig&
     }
   }
   for (size_t t = 0; t < ps.size(); ++t) {
+    ASSERT_TRUE(ps[t]->status.ok()) << ps[t]->status;
     *reqs[t].mutable_sender() = MakeSender("chief", 0);
     CreateVariablesResponse resp;
     ASSERT_TRUE(ps[t]->ps->CreateVariables(reqs[t], &resp).ok());
@@ -122,7 +92,7 @@ TEST_P(SyncEquivalenceTest, TwoWorkersOfBatchBEqualOneWorkerOfBatch2B) {
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(rng() % widths[2]);
 
   // Sync cluster: two PS, two workers each taking its half of every batch.
-  LocalPs s0(Mode("sync", kWorkers, kWorkers)), s1(Mode("sync", kWorkers, kWorkers));
+  LocalPs s0(Consistency("sync", kWorkers, kWorkers)), s1(Consistency("sync", kWorkers, kWorkers));
   Mlp model(widths);
   CreateOn({&s0, &s1}, model, opt);
   std::vector<std::thread> workers;
@@ -144,7 +114,7 @@ TEST_P(SyncEquivalenceTest, TwoWorkersOfBatchBEqualOneWorkerOfBatch2B) {
   for (auto& t : workers) t.join();
 
   // Reference: async PS, one worker with the whole batch.
-  LocalPs r0(Mode("async", 1, 1)), r1(Mode("async", 1, 1));
+  LocalPs r0(Consistency("async", 1, 1)), r1(Consistency("async", 1, 1));
   CreateOn({&r0, &r1}, model, opt);
   PsClient ref({r0.address, r1.address}, Variables(model), Worker(0), absl::Seconds(20));
   std::vector<const float*> values;

@@ -18,6 +18,7 @@
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "gtest/gtest.h"
+#include "local_ps_testing.h"
 #include "ps/ps.h"
 #include "transport/ucx.h"
 
@@ -29,18 +30,9 @@ inline const Sender& Chief() {
 }
 
 // One PS task: gRPC (for DataPlane) and, with `ucx`, a UCX listener, both on 127.0.0.1.
-struct LocalPs {
-  explicit LocalPs(bool ucx = true, const std::string& mode = "async") {
-    ps = *ParameterServer::Create({});
-    ConfigureRequest req;
-    *req.mutable_sender() = Chief();
-    req.mutable_consistency()->set_mode(mode);
-    req.mutable_consistency()->set_num_workers(1);
-    req.mutable_consistency()->set_replicas_to_aggregate(1);
-    req.set_wait_timeout_s(30);
-    ConfigureResponse resp;
-    status = ps->Configure(req, &resp);
-    service = MakeParameterServerService(ps.get(), nullptr);
+struct LocalPs : ps_testing::LocalPs {
+  explicit LocalPs(bool ucx = true, const std::string& mode = "async")
+      : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1)) {
     handler = MakeDataHandler(ps.get());
     if (ucx && status.ok()) {
       absl::StatusOr<std::unique_ptr<UcxServer>> started =
@@ -53,17 +45,10 @@ struct LocalPs {
         ps->SetDataPlane(info);
       }
     }
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> started =
-        StartGrpcServer("127.0.0.1:0", {service.get()}, &port);
-    if (started.ok()) server = *std::move(started);
-    if (status.ok()) status = started.status();
-    address = absl::StrCat("127.0.0.1:", port);
   }
   ~LocalPs() {
     ps->Stop();
     if (ucx_server != nullptr) ucx_server->Stop();
-    if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
   // Creates `name` with `init` and SGD at `lr`.
   void Create(const std::string& name, const Tensor& init, double lr) {
@@ -91,13 +76,8 @@ struct LocalPs {
     return t.ok() ? t->values : std::vector<float>{};
   }
 
-  absl::Status status;
-  std::unique_ptr<ParameterServer> ps;
-  std::unique_ptr<grpc::Service> service;
   std::unique_ptr<DataHandler> handler;
   std::unique_ptr<UcxServer> ucx_server;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
 };
 
 inline CallOptions Within(absl::Duration d) { return {.deadline = absl::Now() + d}; }
