@@ -34,8 +34,14 @@ demo: setup
 	$(BUILD)/pstrain launch --ps 2 --workers 2 --hidden 256,128 --optimizer adam --lr 0.001 \
 	  --lr_schedule cosine --batch 64 --epochs 3 --mode async --data data/mnist
 
+# The tests run with a $$TMPDIR of their own: whatever a test (or a job it runs) leaves there,
+# passed or failed, is named and fails the run (pytest keeps its last runs' tmp_path by design).
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/pstrain-make-test-XXXXXX") && \
+	  (cd $(BUILD) && TMPDIR=$$tmp ctest --output-on-failure -j$(JOBS)); rc=$$?; \
+	  left=$$(ls -A "$$tmp" | grep -v '^pytest-of-'); rm -rf "$$tmp"; \
+	  if [ -n "$$left" ]; then echo "make test: the tests left in TMPDIR:" $$left; rc=1; fi; \
+	  exit $$rc
 
 bench: setup-test
 	@cmake -S . -B $(NATIVE_BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=OFF \

@@ -42,11 +42,31 @@ inline std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// The directory under which every TempDir() of this test process lives: made on first use and
+// removed with everything in it when the process exits (a test that fails exits normally too), so
+// a run leaves nothing in $TMPDIR. A forked child that exits does not remove its parent's.
+inline const std::string& TestRoot() {
+  struct Root {
+    Root() {
+      std::string pattern = (std::filesystem::temp_directory_path() /
+                             ("pstrain-test-" + std::to_string(owner) + "-XXXXXX"))
+                                .string();
+      if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+    }
+    ~Root() {
+      std::error_code ec;
+      if (getpid() == owner && !path.empty()) std::filesystem::remove_all(path, ec);
+    }
+    const pid_t owner = getpid();
+    std::string path;
+  };
+  static const Root root;
+  return root.path;
+}
+
 inline std::string TempDir() {
   static std::mt19937_64 rng(std::random_device{}());
-  std::filesystem::path p =
-      std::filesystem::temp_directory_path() /
-      ("pstrain-test-" + std::to_string(getpid()) + "-" + std::to_string(rng()));
+  std::filesystem::path p = std::filesystem::path(TestRoot()) / ("d-" + std::to_string(rng()));
   std::filesystem::create_directories(p);
   return p.string();
 }

@@ -139,6 +139,8 @@ class Job {
   // Starts every live worker on this generation; *bad_lines_skipped sums the lines they skipped.
   absl::Status StartWorkers(int64_t* bad_lines_skipped);
   absl::Status StartWorker(size_t t, StartTrainingResponse* resp);
+  // Saves a checkpoint if the schedule says one is due at the step `progress` adds up to.
+  void KeepCheckpointSchedule(const std::vector<WorkerProgress>& progress);
   // Until every worker is done (the ledger finished, with the task queue); a worker is counted
   // as heard from at `alive_since` (the start, or the end of a rollback).
   absl::Status WaitForWorkers(absl::Time start, absl::Time alive_since, JobResult* result);

@@ -1,7 +1,9 @@
 // The job loop's workers: their start, the wait for them (with rollbacks and replacements),
 // their reports summed, the PS counters and the evaluation.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
@@ -125,17 +127,43 @@ absl::Status Job::StartWorkers(int64_t* bad_lines_skipped) {
   const std::vector<Sender> registered = coordinator_->Workers();
   const std::vector<bool> live = coordinator_->LiveWorkers();
   started_.assign(workers_.size(), 0);
-  for (size_t t = 0; t < workers_.size(); ++t) {
+  // Every worker is started at once: a StartTraining is answered once the worker has read its
+  // data, and the first worker answered trains while the others read theirs. Meanwhile the
+  // checkpoint schedule is kept: a fast worker may train much of the job before the last one
+  // is started (started one after another, a short job saved nothing before its end).
+  const size_t n = workers_.size();
+  std::vector<StartTrainingResponse> resp(n);
+  std::vector<absl::Status> started(n);
+  std::atomic<size_t> pending{0};
+  std::vector<std::thread> starts;
+  for (size_t t = 0; t < n; ++t) {
     // A worker declared dead is started once its replacement registers (StartReplacements).
     if (!live[t]) continue;
-    StartTrainingResponse resp;
-    if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
+    ++pending;
+    starts.emplace_back([this, t, &resp, &started, &pending] {
+      started[t] = StartWorker(t, &resp[t]);
+      --pending;
+    });
+  }
+  while (pending > 0) KeepCheckpointSchedule(coordinator_->WaitForReport(absl::Milliseconds(50)));
+  for (std::thread& s : starts) s.join();
+  for (size_t t = 0; t < n; ++t) {
+    if (!live[t]) continue;
+    if (!started[t].ok()) return started[t];
     started_[t] = registered[t].incarnation();
     // With the task queue every worker reads every record: each skipped the same lines.
-    *bad_lines_skipped = spec_.task_queue() ? std::max(*bad_lines_skipped, resp.bad_lines_skipped())
-                                            : *bad_lines_skipped + resp.bad_lines_skipped();
+    *bad_lines_skipped = spec_.task_queue()
+                             ? std::max(*bad_lines_skipped, resp[t].bad_lines_skipped())
+                             : *bad_lines_skipped + resp[t].bad_lines_skipped();
   }
   return absl::OkStatus();
+}
+
+void Job::KeepCheckpointSchedule(const std::vector<WorkerProgress>& progress) {
+  if (checkpoints_ == nullptr) return;
+  JobResult so_far;
+  Summarize(progress, &so_far);
+  checkpoints_->MaybeSave(so_far.global_step);
 }
 
 // Starts worker `t` on spec_. Retried: a worker repeats nothing for a StartTraining it

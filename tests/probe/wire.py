@@ -4,8 +4,10 @@ Stubs are generated into a temporary directory when first needed. Calls go throu
 unary-unary callable per method, so the same code sends a message or raw bytes that do not parse.
 """
 
+import atexit
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,8 @@ def modules():
     global _modules
     if _modules is None:
         out_dir = tempfile.mkdtemp(prefix="pstrain-probe-stubs-")
+        # Removed when the process exits, so a run leaves nothing in $TMPDIR.
+        atexit.register(shutil.rmtree, out_dir, True)
         _generate(out_dir)
         sys.path.insert(0, out_dir)
         _modules = {p: importlib.import_module("proto." + p + "_pb2") for p in PROTOS}
