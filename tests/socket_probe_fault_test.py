@@ -84,12 +84,14 @@ def _hex_address(text):
     raw = bytes.fromhex(text)
     words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
     family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
-    return socket.inet_ntop(family, words)
+    text = socket.inet_ntop(family, words)
+    return text[len("::ffff:"):] if text.startswith("::ffff:") else text  # IPv4 on a v6 socket
 
 
 def listening_sockets(pid):
     """[(protocol, address, port)] of every listening or bound socket the process holds: TCP
-    in LISTEN, any UDP socket, and any listening Unix socket."""
+    in LISTEN, any UDP socket, and any listening Unix socket (tcp6 and udp6 are named tcp and
+    udp)."""
     mine = socket_inodes(pid)
     found = []
     for proto in ("tcp", "tcp6", "udp", "udp6"):
@@ -100,7 +102,7 @@ def listening_sockets(pid):
                 if inode not in mine or (proto.startswith("tcp") and state != "0A"):
                     continue
                 host, port = local.split(":")
-                found.append((proto, _hex_address(host), int(port, 16)))
+                found.append((proto.rstrip("6"), _hex_address(host), int(port, 16)))
     with open("/proc/%d/net/unix" % pid) as f:
         for line in f.readlines()[1:]:
             fields = line.split()
@@ -112,7 +114,7 @@ def listening_sockets(pid):
 def tcp_ports(pid):
     """The TCP ports the process listens on that 127.0.0.1 reaches."""
     return sorted({port for proto, host, port in listening_sockets(pid)
-                   if proto.startswith("tcp") and host in ("127.0.0.1", "0.0.0.0", "::")})
+                   if proto == "tcp" and host in ("127.0.0.1", "0.0.0.0", "::")})
 
 
 # --- valid traffic and its mutations -----------------------------------------------------------

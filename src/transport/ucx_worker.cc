@@ -31,6 +31,7 @@ constexpr absl::Duration kBusyLong = absl::Milliseconds(200);
 constexpr absl::Duration kBusyLongSleep = absl::Microseconds(500);
 constexpr int kIdleWaitMs = 2;
 constexpr absl::string_view kAddressScheme = "ucx-shm:";
+constexpr char kKeepalive[] = "1s";
 
 }  // namespace
 
@@ -88,6 +89,11 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
     });
   }
   s = ucp_config_modify(config, "TLS", kUcxTransports);
+  // Shared memory tells a dead peer only by UCX's keepalive rounds (is its process still
+  // there?), 20 s apart by default; a call waiting on a dead PS should not wait that long.
+  if (s == UCS_OK && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    s = ucp_config_modify(config, "KEEPALIVE_INTERVAL", kKeepalive);
+  }
   if (s != UCS_OK) {
     ucp_config_release(config);
     return UcxError("UCX cannot be limited to shared memory", s);
