@@ -24,7 +24,7 @@ using ps_testing::Worker;
 
 constexpr double kLr = 0.5;
 
-// A PS serving gRPC on 127.0.0.1, and the transport's listener when it has one of its own.
+// A PS serving gRPC on 127.0.0.1, and the transport's own server when it has one.
 class Ps {
  public:
   Ps(const std::string& transport, const ConfigureRequest* config = nullptr) {
@@ -38,14 +38,11 @@ class Ps {
     address_ = "127.0.0.1:" + std::to_string(port);
     if (transport == "ucx") {
       handler_ = MakeDataHandler(ps_.get());
-      absl::StatusOr<std::unique_ptr<UcxServer>> ucx =
-          UcxServer::Start(handler_.get(), "127.0.0.1");
+      absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(handler_.get());
       EXPECT_TRUE(ucx.ok()) << ucx.status();
       if (!ucx.ok()) return;
       ucx_ = *std::move(ucx);
-      DataPlaneResponse plane;
-      plane.set_ucx_address(ucx_->address());
-      ps_->SetDataPlane(plane);
+      ps_->SetDataPlane(ucx_->data_plane());
     }
   }
   ~Ps() {

@@ -1,7 +1,7 @@
 // The UCX transport against a real ParameterServer in this process: a UcxServer over its
-// DataHandler and a gRPC server answering DataPlane with the UCX listener, reached through
-// MakeUcxDataChannel over 127.0.0.1 (UCX picks shared memory or TCP). Values are checked against
-// SGD computed by hand, and large tensors bit for bit.
+// DataHandler and a gRPC server on 127.0.0.1 answering DataPlane with the UCX worker's address,
+// reached through MakeUcxDataChannel (over shared memory). Values are checked against SGD
+// computed by hand, and large tensors bit for bit.
 #include <atomic>
 #include <random>
 #include <thread>
@@ -9,6 +9,7 @@
 #include "common/security.h"
 #include "gmock/gmock.h"
 #include "transport/transport.h"
+#include "transport/ucx_worker.h"
 #include "transport_ucx_testing.h"
 
 namespace pstrain {
@@ -167,34 +168,70 @@ TEST(UcxTransport, APsWithoutUcxIsAFailedPrecondition) {
   EXPECT_THAT(ch.status().message(), HasSubstr(ps.address));
 }
 
-TEST(UcxTransport, AnUnreachableListenerIsUnavailableWithUcxsReason) {
+// What a PS on another host announces: a worker address, and a host that is not this one.
+DataPlaneResponse OnAnotherHost(const UcxServer& server) {
+  std::string host, worker;
+  EXPECT_TRUE(DecodeUcxAddress(server.data_plane().ucx_address(), &host, &worker).ok());
+  DataPlaneResponse info;
+  info.set_ucx_address(EncodeUcxAddress("00000000-0000-0000-0000-000000000000", worker));
+  return info;
+}
+
+TEST(UcxTransport, APsOnAnotherHostIsRefusedNamingWhy) {
+  LocalPs ps;
+  ASSERT_TRUE(ps.status.ok()) << ps.status;
+  ps.ps->SetDataPlane(OnAnotherHost(*ps.ucx_server));
+  absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
+  EXPECT_EQ(ch.status().code(), absl::StatusCode::kFailedPrecondition) << ch.status();
+  EXPECT_THAT(ch.status().message(), HasSubstr(ps.address));
+  EXPECT_THAT(ch.status().message(), HasSubstr("only same-host traffic"));
+}
+
+TEST(UcxTransport, AStoppedUcxServerIsUnavailable) {
   LocalPs ps(/*ucx=*/false);
   ASSERT_TRUE(ps.status.ok()) << ps.status;
-  DataPlaneResponse info;
-  info.set_ucx_address("127.0.0.1:1");  // nothing listens there
-  ps.ps->SetDataPlane(info);
+  std::unique_ptr<DataHandler> handler = MakeDataHandler(ps.ps.get());
+  absl::StatusOr<std::unique_ptr<UcxServer>> gone = UcxServer::Start(handler.get());
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  ps.ps->SetDataPlane((*gone)->data_plane());
+  gone->reset();  // its worker is destroyed: the address reaches nobody
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kUnavailable) << ch.status();
-  EXPECT_THAT(ch.status().message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_THAT(ch.status().message(), HasSubstr(ps.address));
 }
 
 // The rule of docs/transport_ucx.md on the worker's side: "auto" takes gRPC where the PS serves
-// no UCX or its listener cannot be reached; "ucx" stops with the reason.
-TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrUnreachable) {
-  LocalPs ps(/*ucx=*/false);
+// no UCX, is on another host or announces what an older PS did (a listener); "ucx" stops with
+// the reason.
+TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrOnAnotherHost) {
+  LocalPs ps;
   ASSERT_TRUE(ps.status.ok()) << ps.status;
+  const DataPlaneResponse served = ps.ucx_server->data_plane();
+  ps.ps->SetDataPlane(DataPlaneResponse());
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeDataChannel("auto", ps.address);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_STREQ((*ch)->name(), "grpc");
   EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  DataPlaneResponse info;
-  info.set_ucx_address("127.0.0.1:1");  // announced, but nothing listens there
-  ps.ps->SetDataPlane(info);
+  ps.ps->SetDataPlane(OnAnotherHost(*ps.ucx_server));
   ch = MakeDataChannel("auto", ps.address);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_STREQ((*ch)->name(), "grpc");
-  EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  DataPlaneResponse listener;  // what an older PS announced: a UCX listener's host:port
+  listener.set_ucx_address("127.0.0.1:1");
+  ps.ps->SetDataPlane(listener);
+  ch = MakeDataChannel("auto", ps.address);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_STREQ((*ch)->name(), "grpc");
+  absl::Status s = MakeDataChannel("ucx", ps.address).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("127.0.0.1:1"));
+  ps.ps->SetDataPlane(served);
+  ch = MakeDataChannel("auto", ps.address);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  EXPECT_STREQ((*ch)->name(), "ucx");
 }
 
 TEST(UcxTransport, ACallPastItsDeadlineEndsAndLeavesItsBuffersAlone) {

@@ -1,5 +1,5 @@
-// Helpers for the UCX transport's tests: a real ParameterServer serving gRPC (for DataPlane) and
-// UCX on 127.0.0.1 in this process, and pushes and pulls of float vectors through a DataChannel.
+// Helpers for the UCX transport's tests: a real ParameterServer serving gRPC (for DataPlane) on
+// 127.0.0.1 and UCX in this process, and pushes and pulls of float vectors through a DataChannel.
 #pragma once
 
 #include <sys/wait.h>
@@ -29,20 +29,17 @@ inline const Sender& Chief() {
   return *s;
 }
 
-// One PS task: gRPC (for DataPlane) and, with `ucx`, a UCX listener, both on 127.0.0.1.
+// One PS task: gRPC (for DataPlane) on 127.0.0.1 and, with `ucx`, a UCX server.
 struct LocalPs : ps_testing::LocalPs {
   explicit LocalPs(bool ucx = true, const std::string& mode = "async")
       : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1)) {
     handler = MakeDataHandler(ps.get());
     if (ucx && status.ok()) {
-      absl::StatusOr<std::unique_ptr<UcxServer>> started =
-          UcxServer::Start(handler.get(), "127.0.0.1");
+      absl::StatusOr<std::unique_ptr<UcxServer>> started = UcxServer::Start(handler.get());
       status = started.status();
       if (status.ok()) {
         ucx_server = *std::move(started);
-        DataPlaneResponse info;
-        info.set_ucx_address(ucx_server->address());
-        ps->SetDataPlane(info);
+        ps->SetDataPlane(ucx_server->data_plane());
       }
     }
   }

@@ -1,10 +1,10 @@
 // The UCX PS end against raw UCP active messages (ucx_wire.h): each malformed request is
-// answered INVALID_ARGUMENT naming what is wrong, nothing reaches the PS, and the server goes on
-// serving well-formed calls, also after a client vanished in the middle of one.
-#include <netdb.h>
-
+// answered INVALID_ARGUMENT naming what is wrong, a request before the hello or a hello without
+// the token is refused, nothing reaches the PS, and the server goes on serving well-formed
+// calls, also after a client vanished in the middle of one.
 #include <cstring>
 
+#include "common/security.h"
 #include "gmock/gmock.h"
 #include "transport/ucx_wire.h"
 #include "transport/ucx_worker.h"
@@ -16,10 +16,25 @@ namespace {
 using ::testing::HasSubstr;
 using namespace ucx_testing;  // NOLINT: the helpers of this test
 
+constexpr uint64_t kConn = 77;
+
+std::string Header(WireMethod method, size_t head_bytes, uint32_t magic = kWireMagic,
+                   const std::string& token = "") {
+  WireRequest wire;
+  wire.magic = magic;
+  wire.method = static_cast<uint32_t>(method);
+  wire.id = 1;
+  wire.conn = kConn;
+  wire.token_bytes = token.size();
+  wire.head_bytes = head_bytes;
+  return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire)) + token;
+}
+
 // A bare UCP client: sends one request of its own making and returns the answer's status.
 class RawClient {
  public:
-  explicit RawClient(const std::string& ucx_address) {
+  // Connects to the PS's worker and, with `hello`, says hello as connection kConn.
+  explicit RawClient(const UcxServer& server, bool hello = true) {
     worker_ = *UcxWorker::Create("raw-client");
     ucp_am_handler_param_t am = {};
     am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -42,22 +57,23 @@ class RawClient {
     };
     EXPECT_EQ(ucp_worker_set_am_recv_handler(worker_->worker(), &am), UCS_OK);
     worker_->Start([] {}, [] { return true; });
-    std::string host;
-    int port = 0;
-    EXPECT_TRUE(ParseHostPort(ucx_address, &host, &port).ok());
-    addrinfo* found = nullptr;
-    EXPECT_EQ(getaddrinfo(host.c_str(), std::to_string(port).c_str(), nullptr, &found), 0);
+    std::string host, address;
+    EXPECT_TRUE(DecodeUcxAddress(server.data_plane().ucx_address(), &host, &address).ok());
     worker_->Run([&] {
       ucp_ep_params_t p = {};
-      p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-      p.sockaddr.addr = found->ai_addr;
-      p.sockaddr.addrlen = found->ai_addrlen;
+      p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      p.address = reinterpret_cast<const ucp_address_t*>(address.data());
       p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       EXPECT_EQ(ucp_ep_create(worker_->worker(), &p, &ep_), UCS_OK);
     });
-    freeaddrinfo(found);
+    if (hello) {
+      absl::Status s = Hello(GetSecurity()->token);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+  absl::Status Hello(const std::string& token) {
+    return Send(Header(WireMethod::kHello, worker_->address().size(), kWireMagic, token),
+                worker_->address());
   }
   ~RawClient() {
     worker_->Run([&] {
@@ -102,15 +118,6 @@ class RawClient {
   absl::Status answer_;
 };
 
-std::string Header(WireMethod method, size_t head_bytes, uint32_t magic = kWireMagic) {
-  WireRequest wire;
-  wire.magic = magic;
-  wire.method = static_cast<uint32_t>(method);
-  wire.id = 1;
-  wire.head_bytes = head_bytes;
-  return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire));
-}
-
 std::string PushHead(int64_t dim) {
   PushRequest req;
   *req.mutable_sender() = MakeSender("worker", 0);
@@ -125,7 +132,7 @@ TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
   LocalPs ps;
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   ps.Create("w", Tensor(std::vector<int64_t>{4}, 1.0f), 1.0);
-  RawClient raw(ps.ucx_server->address());
+  RawClient raw(*ps.ucx_server);
   const std::string grad(16, '\x01');
   struct Case {
     std::string header, data, says;
@@ -155,6 +162,37 @@ TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
   EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 0.0f));
 }
 
+// Requests are answered over the endpoint the PS made at the client's hello; before it, or
+// with a hello the PS refused, a request is refused over the endpoint it came on.
+TEST(UcxWire, NoRequestIsServedBeforeAHelloWithTheToken) {
+  LocalPs ps;
+  ASSERT_TRUE(ps.status.ok()) << ps.status;
+  ps.Create("w", Tensor(std::vector<int64_t>{4}, 1.0f), 1.0);
+  SetSecurity({.token = "secret"});
+  RawClient raw(*ps.ucx_server, /*hello=*/false);
+  const std::string head = PushHead(4);
+  std::vector<float> ones(4, 1.0f);
+  const std::string push = head + std::string(reinterpret_cast<const char*>(ones.data()), 16);
+  absl::Status s = raw.Send(Header(WireMethod::kPush, head.size(), kWireMagic, "secret"), push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("does not know"));
+  s = raw.Hello("");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  s = raw.Hello("wrong");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  s = raw.Send(Header(WireMethod::kHello, 0, kWireMagic, "secret"), "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = raw.Send(Header(WireMethod::kPush, head.size(), kWireMagic, "secret"), push);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 1.0f));
+  ASSERT_TRUE(raw.Hello("secret").ok());
+  s = raw.Send(Header(WireMethod::kPush, head.size(), kWireMagic, "secret"), push);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(raw.Hello("secret").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ps.Value("w"), std::vector<float>(4, 0.0f));
+  SetSecurity({});
+}
+
 // A client that vanishes while the PS is fetching its push (its connection torn down mid
 // rendezvous): the PS drops that request, applies nothing of it, and serves the next client.
 TEST(UcxWire, AClientGoneMidPushLeavesThePsServing) {
@@ -165,7 +203,7 @@ TEST(UcxWire, AClientGoneMidPushLeavesThePsServing) {
   const std::string head = PushHead(n);
   const std::string data = head + std::string(n * 4, '\0');
   {
-    RawClient raw(ps.ucx_server->address());
+    RawClient raw(*ps.ucx_server);
     raw.StartRendezvous(Header(WireMethod::kPush, head.size()), data);
   }  // closed by force at once
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);

@@ -199,16 +199,15 @@ absl::Status SetTransport(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
-// With --transport ucx or auto, a UCX listener on the PS's host serving `data`, announced by
-// the DataPlane RPC. Null when the data plane is gRPC only; an error (for "ucx") naming UCX's
-// reason when UCX cannot start, which "auto" turns into one warning.
-absl::StatusOr<std::unique_ptr<UcxServer>> StartUcx(const ServerOptions& o,
-                                                    const std::string& address, DataHandler* data,
+// With --transport ucx or auto, a UCX server serving `data` to the workers of this host over
+// shared memory (it opens no socket), its worker address announced by the DataPlane RPC. Null
+// when the data plane is gRPC only; an error (for "ucx") naming UCX's reason when UCX cannot
+// start, which "auto" turns into one warning.
+absl::StatusOr<std::unique_ptr<UcxServer>> StartUcx(const ServerOptions& o, DataHandler* data,
                                                     ParameterServer* ps) {
   const std::string transport = GetTransportOptions().transport;
   if (transport != "ucx" && transport != "auto") return nullptr;
-  absl::StatusOr<std::unique_ptr<UcxServer>> ucx =
-      UcxServer::Start(data, address.substr(0, address.rfind(':')));
+  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(data);
   if (!ucx.ok()) {
     if (transport == "ucx") {
       return absl::Status(ucx.status().code(),
@@ -218,10 +217,9 @@ absl::StatusOr<std::unique_ptr<UcxServer>> StartUcx(const ServerOptions& o,
                  ucx.status().ToString());
     return nullptr;
   }
-  DataPlaneResponse info;
-  info.set_ucx_address((*ucx)->address());
-  ps->SetDataPlane(info);
-  spdlog::info("{} serving UCX on {}", TaskName(o.job, o.task), (*ucx)->address());
+  ps->SetDataPlane((*ucx)->data_plane());
+  spdlog::info("{} serving UCX to the workers of its host (shared memory)",
+               TaskName(o.job, o.task));
   return ucx;
 }
 
@@ -237,7 +235,7 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp*
   std::unique_ptr<grpc::Service> streams = MakeTensorStreamService(data.get());
   std::vector<grpc::Service*> services = {service.get()};
   if (streams != nullptr) services.push_back(streams.get());
-  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = StartUcx(o, address, data.get(), ps);
+  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = StartUcx(o, data.get(), ps);
   if (!ucx.ok()) return ucx.status();
   return Serve(
       o, address, services, end.get(),

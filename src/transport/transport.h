@@ -6,8 +6,8 @@
 //   DataHandler  what a transport's server calls for the requests it receives (the PS, over
 //                ParameterServer: ps/ps.h MakeDataHandler).
 // Implementations: "grpc" (grpc_data_channel.h: the tensors as gRPC slices over their own memory,
-// chunked streams past one message) and "ucx" (ucx.h: UCX, shared memory between processes of a
-// host, TCP between hosts). MakeDataChannel picks one by name.
+// chunked streams past one message) and "ucx" (ucx.h: UCX, shared memory between processes of
+// one host only). MakeDataChannel picks one by name.
 #pragma once
 
 #include <cstdint>

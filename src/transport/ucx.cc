@@ -3,10 +3,8 @@
 // and answered by one active message received straight into the caller's buffers.
 #include "transport/ucx.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,45 +34,24 @@ absl::Status UcxChannel::Connect() {
   ucs_status_t set = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
   if (set != UCS_OK) return UcxError("UCX cannot set its message handler", set);
   worker_->Start([this] { Tick(); }, [this] { return !calls_.empty(); });
-  // A flush completes once the connection is up, so an unreachable listener is an error here
-  // rather than at the first call.
-  struct Flush {
-    absl::Notification done;
-    ucs_status_t status = UCS_OK;
-  } flush;
-  absl::Status s;
-  worker_->Run([&] {
-    s = EnsureEp();
-    if (!s.ok()) return flush.done.Notify();
-    ucp_request_param_t p = {};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = [](void* request, ucs_status_t status, void* user) {
-      auto* f = static_cast<Flush*>(user);
-      ucp_request_free(request);
-      f->status = status;
-      f->done.Notify();
-    };
-    p.user_data = &flush;
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &p);
-    if (!UCS_PTR_IS_PTR(r)) {
-      flush.status = UCS_PTR_STATUS(r);
-      flush.done.Notify();
-    }
-  });
-  if (!s.ok()) return s;
-  if (!flush.done.WaitForNotificationWithTimeout(kConnectTimeout)) {
-    worker_->Run([this] { CloseEp(); });  // completes the flush with an error
-    flush.done.WaitForNotification();
-    return absl::UnavailableError(absl::StrCat("cannot reach the UCX listener ", ucx_address_,
-                                               " of the PS at ", address_, " within ",
+  // The hello is answered once the PS connected back to this worker: both directions work, so
+  // an unreachable PS is an error here rather than at the first call.
+  absl::Notification said;
+  absl::Status hello;
+  auto done = [&](absl::Status s) {
+    hello = std::move(s);
+    said.Notify();
+  };
+  absl::Status made;
+  worker_->Run([&] { made = EnsureEp(done); });
+  if (!made.ok()) return made;
+  said.WaitForNotification();  // the hello's deadline bounds this wait
+  if (absl::IsDeadlineExceeded(hello)) {
+    return absl::UnavailableError(absl::StrCat("the PS at ", address_,
+                                               " did not answer over UCX within ",
                                                absl::FormatDuration(kConnectTimeout)));
   }
-  if (flush.status != UCS_OK) {
-    return UcxError(
-        absl::StrCat("cannot reach the UCX listener ", ucx_address_, " of the PS at ", address_),
-        flush.status);
-  }
-  return absl::OkStatus();
+  return hello;
 }
 
 UcxChannel::~UcxChannel() {
@@ -92,41 +69,42 @@ UcxChannel::~UcxChannel() {
   dones_.Stop();  // the last `done`s run before the channel is gone
 }
 
-absl::Status UcxChannel::EnsureEp() {
+absl::Status UcxChannel::EnsureEp(DoneFn hello_done) {
   if (ep_ != nullptr) return absl::OkStatus();
-  std::string host;
-  int port = 0;
-  if (absl::Status s = ParseHostPort(ucx_address_, &host, &port); !s.ok()) return s;
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (int e = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve the UCX listener ", ucx_address_, ": ", gai_strerror(e)));
-  }
   ucp_ep_params_t params = {};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = found->ai_addr;
-  params.sockaddr.addrlen = found->ai_addrlen;
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(ps_worker_.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
     auto* self = static_cast<UcxChannel*>(arg);
     if (ep != self->ep_) return;
     self->ep_failed_ = true;
-    self->FailAll(
-        UcxError(absl::StrCat("the UCX connection to ", self->ucx_address_, " failed"), status));
+    self->FailAll(UcxError("the UCX connection failed", status));
   };
   params.err_handler.arg = this;
   const ucs_status_t s = ucp_ep_create(worker_->worker(), &params, &ep_);
-  freeaddrinfo(found);
   if (s != UCS_OK) {
     ep_ = nullptr;
-    return UcxError(absl::StrCat("UCX cannot connect to ", ucx_address_), s);
+    if (s == UCS_ERR_UNREACHABLE) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("UCX cannot reach the PS at ", address_, " (", ucs_status_string(s),
+                       "): UCX in pstrain carries only same-host traffic, over shared memory"));
+    }
+    return UcxError(absl::StrCat("UCX cannot connect to the PS at ", address_), s);
   }
   ep_failed_ = false;
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  conn_ = random();
+  // The hello goes first on the new endpoint; UCX keeps the order of one endpoint's messages,
+  // so the PS knows the connection before the calls that follow.
+  auto hello = std::make_unique<ClientCall>();
+  hello->method = WireMethod::kHello;
+  hello->deadline = absl::Now() + kConnectTimeout;
+  hello->done = std::move(hello_done);
+  hello->head = worker_->address();
+  Prepare(hello.get());
+  Start(std::move(hello));
   return absl::OkStatus();
 }
 
@@ -140,9 +118,7 @@ void UcxChannel::CloseEp() {
   ep_ = nullptr;
 }
 
-void UcxChannel::Submit(std::unique_ptr<ClientCall> call, const CallOptions& options) {
-  call->deadline = options.deadline;
-  call->canceller = options.canceller;
+void UcxChannel::Prepare(ClientCall* call) const {
   WireRequest wire;
   wire.method = static_cast<uint32_t>(call->method);
   wire.token_bytes = token_.size();
@@ -153,6 +129,12 @@ void UcxChannel::Submit(std::unique_ptr<ClientCall> call, const CallOptions& opt
   for (const ConstBytes& g : call->grads) {
     if (g.size > 0) call->send_iov.push_back({const_cast<void*>(g.data), size_t(g.size)});
   }
+}
+
+void UcxChannel::Submit(std::unique_ptr<ClientCall> call, const CallOptions& options) {
+  call->deadline = options.deadline;
+  call->canceller = options.canceller;
+  Prepare(call.get());
   worker_->Post([this, c = call.release()] { Start(std::unique_ptr<ClientCall>(c)); });
 }
 
@@ -196,10 +178,6 @@ void UcxChannel::Start(std::unique_ptr<ClientCall> call) {
   ClientCall* c = call.get();
   c->owner = this;
   c->id = next_id_++;
-  WireRequest wire;
-  std::memcpy(&wire, c->header.data(), sizeof(wire));
-  wire.id = c->id;
-  std::memcpy(c->header.data(), &wire, sizeof(wire));
   calls_[c->id] = std::move(call);
   if (absl::Now() >= c->deadline || (c->canceller != nullptr && c->canceller->cancelled())) {
     return Expire(c);
@@ -208,10 +186,17 @@ void UcxChannel::Start(std::unique_ptr<ClientCall> call) {
     c->Fail(Error(*c, s.code(), s.message()));
     return MaybeFinish(c);
   }
+  WireRequest wire;
+  std::memcpy(&wire, c->header.data(), sizeof(wire));
+  wire.id = c->id;
+  wire.conn = conn_;
+  std::memcpy(c->header.data(), &wire, sizeof(wire));
   ucp_request_param_t p = {};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  // REPLY: the PS answers a refused request (no hello, no token) over the endpoint it came on.
+  // A hello is small, and eager: the PS reads it within its callback.
+  p.flags = UCP_AM_SEND_FLAG_REPLY | (c->method == WireMethod::kHello ? UCP_AM_SEND_FLAG_EAGER : 0);
   p.datatype = ucp_dt_make_iov();
   p.user_data = c;
   p.cb.send = [](void* request, ucs_status_t status, void* user) {
@@ -251,10 +236,20 @@ absl::StatusOr<std::unique_ptr<DataChannel>> MakeUcxDataChannel(const std::strin
     return absl::FailedPreconditionError(absl::StrCat(
         "the PS at ", address, " serves no UCX data plane (it runs with --transport grpc)"));
   }
+  std::string host, ps_worker;
+  if (absl::Status d = DecodeUcxAddress(resp.ucx_address(), &host, &ps_worker); !d.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the PS at ", address, " announces no UCX worker this version can use: ", d.message()));
+  }
+  if (host != HostBootId()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the PS at ", address,
+                     " runs on another host, and UCX in pstrain carries only same-host traffic "
+                     "(shared memory): use --transport grpc, or auto"));
+  }
   absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create("pstrain-client");
   if (!worker.ok()) return worker.status();
-  auto channel =
-      std::make_unique<ucx_internal::UcxChannel>(address, resp.ucx_address(), *std::move(worker));
+  auto channel = std::make_unique<ucx_internal::UcxChannel>(address, ps_worker, *std::move(worker));
   if (absl::Status c = channel->Connect(); !c.ok()) return c;
   return channel;
 }

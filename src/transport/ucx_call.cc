@@ -73,8 +73,13 @@ absl::Status CheckRequest(const void* header, size_t header_length, uint64_t len
     return absl::UnauthenticatedError("the request lacks the job's token");
   }
   const auto method = static_cast<WireMethod>(wire->method);
-  if (method != WireMethod::kPush && method != WireMethod::kPull) {
+  if (method != WireMethod::kPush && method != WireMethod::kPull && method != WireMethod::kHello) {
     return absl::InvalidArgumentError(absl::StrCat("unknown UCX request method ", wire->method));
+  }
+  if (method == WireMethod::kHello &&
+      (length != wire->head_bytes || length == 0 || length > kMaxWireAddressBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("a UCX hello with an address of ", length,
+                                                   " bytes (1 to ", kMaxWireAddressBytes, ")"));
   }
   if (length > kMaxWireRequestBytes || wire->head_bytes > length ||
       wire->head_bytes > kMaxWireHeadBytes ||
@@ -84,6 +89,28 @@ absl::Status CheckRequest(const void* header, size_t header_length, uint64_t len
                                                    " (at most ", kMaxWireRequestBytes, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ParseRequest(const WireRequest& wire, const char* data, uint64_t size,
+                          PullRequest* pull, PushRequest* push, std::vector<ConstBytes>* grads) {
+  if (wire.head_bytes > size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a UCX request of ", size, " bytes with a head of ", wire.head_bytes));
+  }
+  if (static_cast<WireMethod>(wire.method) == WireMethod::kPull) {
+    if (!pull->ParseFromArray(data, wire.head_bytes)) {
+      return absl::InvalidArgumentError("a UCX Pull whose PullRequest does not parse");
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<WireMethod>(wire.method) != WireMethod::kPush) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX request method ", wire.method, " carries no Pull or Push"));
+  }
+  if (!push->ParseFromArray(data, wire.head_bytes)) {
+    return absl::InvalidArgumentError("a UCX Push whose PushRequest does not parse");
+  }
+  return SplitTensorBytes(*push, data + wire.head_bytes, size - wire.head_bytes, grads);
 }
 
 UcxThreadPool::UcxThreadPool(int threads) {

@@ -28,10 +28,17 @@ absl::Status SplitTensorBytes(const PushRequest& head, const char* bytes, uint64
 
 // Checks a request's header (UCP active-message header `header`, data of `length` bytes) and
 // fills `wire`: Unauthenticated without this process's job token (security.h TokenMatches);
-// InvalidArgument for a bad magic, an unknown method, or sizes past ucx_wire.h's limits. Before
-// anything of the data is received or allocated.
+// InvalidArgument for a bad magic, an unknown method, or sizes past ucx_wire.h's limits (a
+// hello's data is its head: the worker address). Before anything of the data is received or
+// allocated. A pure function of its arguments and the job's token.
 absl::Status CheckRequest(const void* header, size_t header_length, uint64_t length,
                           WireRequest* wire);
+
+// The data of a request CheckRequest passed (`wire`; `size` bytes at `data`) as the PS reads
+// it: a Pull's head into `pull`; a Push's head into `push` and each gradient's bytes into
+// `grads` (pointing into `data`). InvalidArgument naming what does not parse or add up.
+absl::Status ParseRequest(const WireRequest& wire, const char* data, uint64_t size,
+                          PullRequest* pull, PushRequest* push, std::vector<ConstBytes>* grads);
 
 // A fixed set of threads running what Run hands them, in order of arrival.
 class UcxThreadPool {

@@ -49,7 +49,9 @@ struct ClientCall {
   bool scratch = false;
   std::vector<ucp_dt_iov_t> recv_iov;
 
-  const char* what() const { return method == WireMethod::kPush ? "Push" : "Pull"; }
+  const char* what() const {
+    return method == WireMethod::kPush ? "Push" : method == WireMethod::kPull ? "Pull" : "Connect";
+  }
   void Fail(absl::Status s) {
     if (answered || failed) return;
     failed = true;
@@ -59,9 +61,10 @@ struct ClientCall {
 
 class UcxChannel final : public DataChannel {
  public:
-  UcxChannel(std::string address, std::string ucx_address, std::unique_ptr<UcxWorker> worker)
+  // `ps_worker` is the PS's worker address from its DataPlane answer.
+  UcxChannel(std::string address, std::string ps_worker, std::unique_ptr<UcxWorker> worker)
       : address_(std::move(address)),
-        ucx_address_(std::move(ucx_address)),
+        ps_worker_(std::move(ps_worker)),
         worker_(std::move(worker)),
         token_(GetSecurity()->token) {}
   ~UcxChannel() override;
@@ -75,11 +78,11 @@ class UcxChannel final : public DataChannel {
 
  private:
   absl::Status Error(const ClientCall& c, absl::StatusCode code, absl::string_view msg) const {
-    return absl::Status(
-        code, absl::StrCat(c.what(), " at ", address_, " (UCX ", ucx_address_, "): ", msg));
+    return absl::Status(code, absl::StrCat(c.what(), " at ", address_, " (UCX): ", msg));
   }
+  void Prepare(ClientCall* call) const;
   void Submit(std::unique_ptr<ClientCall> call, const CallOptions& options);
-  absl::Status EnsureEp();
+  absl::Status EnsureEp(DoneFn hello_done = [](absl::Status) {});
   void Start(std::unique_ptr<ClientCall> call);
   void MaybeFinish(ClientCall* call);
   void Expire(ClientCall* call);
@@ -90,7 +93,7 @@ class UcxChannel final : public DataChannel {
   void FailAll(const absl::Status& why);
   void CloseEp();
 
-  const std::string address_, ucx_address_;
+  const std::string address_, ps_worker_;
   std::unique_ptr<UcxWorker> worker_;
   // Runs the calls' `done` in order, off the progress thread, so that a `done` that makes
   // another call on this channel and waits for it does not stall the thread that would end it.
@@ -98,6 +101,7 @@ class UcxChannel final : public DataChannel {
   const std::string token_;
   // Progress thread only.
   ucp_ep_h ep_ = nullptr;
+  uint64_t conn_ = 0;  // ep_'s name at the PS (WireRequest::conn), random per endpoint
   bool ep_failed_ = false;
   uint64_t next_id_ = 1;
   absl::flat_hash_map<uint64_t, std::unique_ptr<ClientCall>> calls_;

@@ -112,6 +112,8 @@ void UcxChannel::Received(ClientCall* c, ucs_status_t status) {
   absl::Status s;
   if (c->wire.code != 0) {
     s = Error(*c, static_cast<absl::StatusCode>(c->wire.code), message);
+  } else if (c->method == WireMethod::kHello) {
+    // The PS connected back: nothing more to read.
   } else if (c->method == WireMethod::kPush) {
     if (!c->push_resp->ParseFromArray(head, c->wire.head_bytes)) {
       s = Error(*c, absl::StatusCode::kInternal, "a PushResponse that does not parse");

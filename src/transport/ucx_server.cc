@@ -1,9 +1,7 @@
-// UcxServer (ucx.h): a UCP listener; each request is received into one buffer, parsed, handed to
-// the DataHandler on a small pool of threads (the handler may apply an optimizer or wait), and
-// answered over the connection it came on.
-#include <netdb.h>
-#include <sys/socket.h>
-
+// UcxServer (ucx.h): a UCP worker whose clients know its address from the DataPlane RPC. Each
+// client says hello (token checked) with its own address, and the server connects back to it;
+// each request is received into one buffer, parsed, handed to the DataHandler on a small pool
+// of threads (the handler may apply an optimizer or wait), and answered over that connection.
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -22,9 +20,11 @@
 namespace pstrain {
 namespace {
 
-// A connection from one client; `alive` is cleared (on the progress thread) when it fails.
+// The server's endpoint to one client, made at its hello; `alive` is cleared (on the progress
+// thread) when it fails.
 struct Conn {
   ucp_ep_h ep = nullptr;
+  uint64_t id = 0;  // the client's name for it (WireRequest::conn)
   bool alive = true;
 };
 
@@ -63,17 +63,21 @@ class UcxServerImpl final : public UcxServer {
       : handler_(handler), worker_(std::move(worker)), pool_(2) {}
   ~UcxServerImpl() override { Stop(); }
 
-  absl::Status Listen(const std::string& host);
-  std::string address() const override { return address_; }
+  absl::Status Serve();
+  DataPlaneResponse data_plane() const override {
+    DataPlaneResponse info;
+    info.set_ucx_address(EncodeUcxAddress(HostBootId(), worker_->address()));
+    return info;
+  }
   void Stop() override;
 
  private:
-  static void OnConnRequest(ucp_conn_request_h request, void* arg);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnRequest(void* arg, const void* header, size_t header_length, void* data,
                                 size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t Receive(std::shared_ptr<Conn> conn, const void* header, size_t header_length,
-                       void* data, size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t Receive(std::shared_ptr<Conn> conn, const WireRequest& wire, void* data,
+                       size_t length, const ucp_am_recv_param_t* param);
+  void Hello(const WireRequest& wire, const void* address, size_t length, ucp_ep_h reply);
   void Dispatch(std::unique_ptr<ServerCall> call);
   void RunHandler(bool inline_call, std::function<void()> fn) {
     if (inline_call) return fn();
@@ -82,55 +86,21 @@ class UcxServerImpl final : public UcxServer {
   void Finish(ServerCall* call, const absl::Status& status);
   void SendResponse(std::unique_ptr<ServerCall> call);
   void Answer(std::shared_ptr<Conn> conn, uint64_t id, const absl::Status& status);
+  void AnswerNow(ucp_ep_h reply, uint64_t id, const absl::Status& status);
   void CloseFailed();
 
   DataHandler* const handler_;
   std::unique_ptr<UcxWorker> worker_;
   UcxThreadPool pool_;
-  ucp_listener_h listener_ = nullptr;
-  std::string address_;
   // Progress thread only.
-  absl::flat_hash_map<ucp_ep_h, std::shared_ptr<Conn>> conns_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Conn>> conns_;  // by Conn::id
+  absl::flat_hash_map<ucp_ep_h, uint64_t> conn_of_ep_;
   std::vector<ucp_ep_h> failed_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> stopped_{false};
 };
 
-absl::Status UcxServerImpl::Listen(const std::string& host) {
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string bare =
-      host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
-  if (int e = getaddrinfo(bare.c_str(), "0", &hints, &found); e != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("UCX cannot listen on \"", host, "\": ", gai_strerror(e)));
-  }
-  ucp_listener_params_t params = {};
-  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  params.sockaddr.addr = found->ai_addr;
-  params.sockaddr.addrlen = found->ai_addrlen;
-  params.conn_handler.cb = &UcxServerImpl::OnConnRequest;
-  params.conn_handler.arg = this;
-  ucs_status_t s = ucp_listener_create(worker_->worker(), &params, &listener_);
-  freeaddrinfo(found);
-  if (s != UCS_OK) return UcxError(absl::StrCat("UCX cannot listen on ", host), s);
-  ucp_listener_attr_t attr = {};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  s = ucp_listener_query(listener_, &attr);
-  if (s != UCS_OK) return UcxError("UCX cannot query its listener", s);
-  // Advertise the numeric address bound, so that clients reach this very listener whatever
-  // their resolver makes of the host's name.
-  char ip[NI_MAXHOST], port[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<const sockaddr*>(&attr.sockaddr), sizeof(attr.sockaddr), ip,
-                  sizeof(ip), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return absl::UnavailableError(absl::StrCat("UCX listens on ", host, " at an unknown port"));
-  }
-  const bool v6 = std::strchr(ip, ':') != nullptr;
-  address_ = absl::StrCat(v6 ? "[" : "", ip, v6 ? "]:" : ":", port);
-
+absl::Status UcxServerImpl::Serve() {
   ucp_am_handler_param_t am = {};
   am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                   UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
@@ -138,44 +108,21 @@ absl::Status UcxServerImpl::Listen(const std::string& host) {
   am.cb = &UcxServerImpl::OnRequest;
   am.arg = this;
   am.flags = UCP_AM_FLAG_WHOLE_MSG;
-  s = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
+  const ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->worker(), &am);
   if (s != UCS_OK) return UcxError("UCX cannot set its message handler", s);
   worker_->Start([this] { CloseFailed(); }, [this] { return in_flight_ > 0; });
   return absl::OkStatus();
 }
 
-void UcxServerImpl::OnConnRequest(ucp_conn_request_h request, void* arg) {
-  auto* self = static_cast<UcxServerImpl*>(arg);
-  if (self->stopped_) {
-    ucp_listener_reject(self->listener_, request);
-    return;
-  }
-  ucp_ep_params_t params = {};
-  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.conn_request = request;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = &UcxServerImpl::OnEpError;
-  params.err_handler.arg = self;
-  ucp_ep_h ep = nullptr;
-  const ucs_status_t s = ucp_ep_create(self->worker_->worker(), &params, &ep);
-  if (s != UCS_OK) {
-    spdlog::warn("UCX server {}: cannot accept a connection: {}", self->address_,
-                 ucs_status_string(s));
-    return;
-  }
-  auto conn = std::make_shared<Conn>();
-  conn->ep = ep;
-  self->conns_[ep] = std::move(conn);
-}
-
 void UcxServerImpl::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<UcxServerImpl*>(arg);
-  auto it = self->conns_.find(ep);
-  if (it == self->conns_.end()) return;
-  spdlog::debug("UCX server {}: a connection ended: {}", self->address_, ucs_status_string(status));
-  it->second->alive = false;
-  self->conns_.erase(it);
+  auto it = self->conn_of_ep_.find(ep);
+  if (it == self->conn_of_ep_.end()) return;
+  spdlog::debug("UCX server: a connection ended: {}", ucs_status_string(status));
+  auto conn = self->conns_.find(it->second);
+  conn->second->alive = false;
+  self->conns_.erase(conn);
+  self->conn_of_ep_.erase(it);
   self->failed_.push_back(ep);  // closed from the tick, outside UCX's callback
 }
 
@@ -193,35 +140,77 @@ void UcxServerImpl::CloseFailed() {
 ucs_status_t UcxServerImpl::OnRequest(void* arg, const void* header, size_t header_length,
                                       void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxServerImpl*>(arg);
-  std::shared_ptr<Conn> conn;
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
-    auto it = self->conns_.find(param->reply_ep);
-    if (it != self->conns_.end()) conn = it->second;
-  }
-  if (conn == nullptr || self->stopped_) {  // nowhere to answer: drop it
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-      ucp_am_data_release(self->worker_->worker(), data);
-    return UCS_OK;
-  }
-  return self->Receive(std::move(conn), header, header_length, data, length, param);
-}
-
-ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const void* header,
-                                    size_t header_length, void* data, size_t length,
-                                    const ucp_am_recv_param_t* param) {
   const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  // The endpoint the request came on, for refusals only, and only within this callback: UCX
+  // made it for the client's connection and destroys it when that fails, so it is not ours to
+  // keep (answers to accepted requests travel over the server's own endpoint to the client).
+  const ucp_ep_h reply =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
   auto refuse = [&](uint64_t id, const absl::Status& why) {
-    if (rndv) ucp_am_data_release(worker_->worker(), data);
-    Answer(conn, id, why);
+    if (rndv) ucp_am_data_release(self->worker_->worker(), data);
+    if (reply != nullptr) self->AnswerNow(reply, id, why);
     return UCS_OK;
   };
   WireRequest wire;
   if (absl::Status s = CheckRequest(header, header_length, length, &wire); !s.ok()) {
     if (absl::IsUnauthenticated(s)) {
-      spdlog::warn("UCX server {}: refused a request without the job's token", address_);
+      spdlog::warn("UCX server: refused a request without the job's token");
     }
     return refuse(wire.id, s);
   }
+  if (self->stopped_) return refuse(wire.id, absl::UnavailableError("the PS is stopping"));
+  if (static_cast<WireMethod>(wire.method) == WireMethod::kHello) {
+    if (rndv) return refuse(wire.id, absl::InvalidArgumentError("a UCX hello by rendezvous"));
+    self->Hello(wire, data, length, reply);
+    return UCS_OK;
+  }
+  auto it = self->conns_.find(wire.conn);
+  if (it == self->conns_.end()) {
+    return refuse(wire.id, absl::FailedPreconditionError(absl::StrCat(
+                               "a UCX request on connection ", wire.conn,
+                               ", which this PS does not know (no hello, or it failed)")));
+  }
+  return self->Receive(it->second, wire, data, length, param);
+}
+
+// A client's hello: connects back to its worker address, so that answers travel over an
+// endpoint the server owns (and hears of the client's failure on).
+void UcxServerImpl::Hello(const WireRequest& wire, const void* address, size_t length,
+                          ucp_ep_h reply) {
+  if (conns_.contains(wire.conn)) {
+    if (reply != nullptr) {
+      AnswerNow(reply, wire.id,
+                absl::AlreadyExistsError(absl::StrCat("UCX connection ", wire.conn, " exists")));
+    }
+    return;
+  }
+  const std::string copy(static_cast<const char*>(address), length);  // aligned for UCX
+  ucp_ep_params_t params = {};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(copy.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &UcxServerImpl::OnEpError;
+  params.err_handler.arg = this;
+  ucp_ep_h ep = nullptr;
+  const ucs_status_t s = ucp_ep_create(worker_->worker(), &params, &ep);
+  if (s != UCS_OK) {
+    spdlog::warn("UCX server: cannot connect back to a client: {}", ucs_status_string(s));
+    if (reply != nullptr) AnswerNow(reply, wire.id, UcxError("cannot connect back to you", s));
+    return;
+  }
+  auto conn = std::make_shared<Conn>();
+  conn->ep = ep;
+  conn->id = wire.conn;
+  conns_[wire.conn] = conn;
+  conn_of_ep_[ep] = wire.conn;
+  Answer(std::move(conn), wire.id, absl::OkStatus());
+}
+
+// A checked request on a known connection: received into a pooled buffer, then dispatched.
+ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const WireRequest& wire, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
   auto call = std::make_unique<ServerCall>();
   call->server = this;
   call->conn = std::move(conn);
@@ -259,12 +248,12 @@ ucs_status_t UcxServerImpl::Receive(std::shared_ptr<Conn> conn, const void* head
 
 void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
   ServerCall* call = c.release();
-  const char* head = static_cast<const char*>(call->data.data());
+  if (absl::Status s = ParseRequest(call->wire, static_cast<const char*>(call->data.data()),
+                                    call->size, &call->pull, &call->push, &call->grads);
+      !s.ok()) {
+    return Finish(call, s);
+  }
   if (static_cast<WireMethod>(call->wire.method) == WireMethod::kPull) {
-    if (!call->pull.ParseFromArray(head, call->wire.head_bytes)) {
-      return Finish(call,
-                    absl::InvalidArgumentError("a UCX Pull whose PullRequest does not parse"));
-    }
     call->values.resize(call->pull.names_size());
     call->keeps.resize(call->pull.names_size());
     call->counts.resize(call->pull.names_size());
@@ -286,12 +275,6 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
     });
     return;
   }
-  if (!call->push.ParseFromArray(head, call->wire.head_bytes)) {
-    return Finish(call, absl::InvalidArgumentError("a UCX Push whose PushRequest does not parse"));
-  }
-  absl::Status s = SplitTensorBytes(call->push, head + call->wire.head_bytes,
-                                    call->size - call->wire.head_bytes, &call->grads);
-  if (!s.ok()) return Finish(call, s);
   RunHandler(call->size <= kInlinePushBytes, [call] {
     call->server->handler_->Push(call->push, call->grads, &call->push_resp,
                                  [call](absl::Status s) { call->server->Finish(call, s); });
@@ -300,12 +283,13 @@ void UcxServerImpl::Dispatch(std::unique_ptr<ServerCall> c) {
 
 // Any thread: builds the response and hands it to the progress thread.
 void UcxServerImpl::Finish(ServerCall* call, const absl::Status& status) {
-  const bool pull = static_cast<WireMethod>(call->wire.method) == WireMethod::kPull;
+  const auto method = static_cast<WireMethod>(call->wire.method);
+  const bool pull = method == WireMethod::kPull;
   call->out.id = call->wire.id;
   call->out.code = static_cast<int32_t>(status.code());
   std::string head;
   uint64_t tensor_bytes = 0;
-  if (status.ok()) {
+  if (status.ok() && method != WireMethod::kHello) {
     head = pull ? call->pull_resp.SerializeAsString() : call->push_resp.SerializeAsString();
   }
   call->meta = std::string(status.message().substr(0, kMaxWireHeadBytes));
@@ -351,15 +335,24 @@ void UcxServerImpl::SendResponse(std::unique_ptr<ServerCall> call) {
   --self->in_flight_;
 }
 
-// An answer with no head, to a request refused before it reached the handler.
+// An answer with no head (to a hello, or to a request refused before it reached the handler).
 void UcxServerImpl::Answer(std::shared_ptr<Conn> conn, uint64_t id, const absl::Status& status) {
   auto call = new ServerCall;
   call->server = this;
   call->conn = std::move(conn);
   call->wire.id = id;
-  call->wire.method = 0;
+  call->wire.method = static_cast<uint32_t>(WireMethod::kHello);
   ++in_flight_;
   Finish(call, status);
+}
+
+// A refusal over the endpoint the request came on, from within UCX's callback: Finish sends it
+// before returning (on the progress thread), while that endpoint is sure to exist. A send UCX
+// still holds when it destroys the endpoint ends with an error, which frees the call.
+void UcxServerImpl::AnswerNow(ucp_ep_h reply, uint64_t id, const absl::Status& status) {
+  auto conn = std::make_shared<Conn>();
+  conn->ep = reply;
+  Answer(std::move(conn), id, status);
 }
 
 void UcxServerImpl::Stop() {
@@ -368,13 +361,12 @@ void UcxServerImpl::Stop() {
   const absl::Time end = absl::Now() + absl::Seconds(5);
   while (in_flight_ > 0 && absl::Now() < end) absl::SleepFor(absl::Milliseconds(1));
   worker_->Run([this] {
-    if (listener_ != nullptr) ucp_listener_destroy(listener_);
-    listener_ = nullptr;
-    for (auto& [ep, conn] : conns_) {
+    for (auto& [id, conn] : conns_) {
       conn->alive = false;
-      failed_.push_back(ep);
+      failed_.push_back(conn->ep);
     }
     conns_.clear();
+    conn_of_ep_.clear();
     CloseFailed();
   });
   worker_->Stop();
@@ -383,12 +375,11 @@ void UcxServerImpl::Stop() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(DataHandler* handler,
-                                                            const std::string& host) {
+absl::StatusOr<std::unique_ptr<UcxServer>> UcxServer::Start(DataHandler* handler) {
   absl::StatusOr<std::unique_ptr<UcxWorker>> worker = UcxWorker::Create("pstrain-ps");
   if (!worker.ok()) return worker.status();
   auto server = std::make_unique<UcxServerImpl>(handler, *std::move(worker));
-  if (absl::Status s = server->Listen(host); !s.ok()) return s;
+  if (absl::Status s = server->Serve(); !s.ok()) return s;
   return server;
 }
 

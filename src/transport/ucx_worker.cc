@@ -3,13 +3,18 @@
 #include <poll.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <utility>
 
-#include "absl/strings/numbers.h"
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 
 namespace pstrain {
 namespace {
@@ -25,6 +30,8 @@ constexpr absl::Duration kBusySleep = absl::Microseconds(50);
 constexpr absl::Duration kBusyLong = absl::Milliseconds(200);
 constexpr absl::Duration kBusyLongSleep = absl::Microseconds(500);
 constexpr int kIdleWaitMs = 2;
+constexpr absl::string_view kAddressScheme = "ucx-shm:";
+constexpr char kKeepalive[] = "1s";
 
 }  // namespace
 
@@ -32,17 +39,29 @@ absl::Status UcxError(const std::string& what, ucs_status_t status) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(status)));
 }
 
-absl::Status ParseHostPort(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), port) || *port <= 0 || *port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", address, "\" is not host:port with a port in 1..65535"));
+std::string HostBootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return std::string(absl::StripAsciiWhitespace(id));
+}
+
+std::string EncodeUcxAddress(const std::string& host, const std::string& worker) {
+  return absl::StrCat(kAddressScheme, host, ":", absl::BytesToHexString(worker));
+}
+
+absl::Status DecodeUcxAddress(const std::string& text, std::string* host, std::string* worker) {
+  const size_t colon = text.rfind(':');
+  const absl::string_view hex =
+      colon == std::string::npos ? absl::string_view() : absl::string_view(text).substr(colon + 1);
+  if (!absl::StartsWith(text, kAddressScheme) || colon < kAddressScheme.size() || hex.empty() ||
+      hex.size() % 2 != 0 || !absl::c_all_of(hex, absl::ascii_isxdigit)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", absl::CEscape(text.substr(0, 80)),
+                                                   "\" is not ", kAddressScheme,
+                                                   "<host>:<worker address in hex>"));
   }
-  *host = address.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
+  *host = text.substr(kAddressScheme.size(), colon - kAddressScheme.size());
+  *worker = absl::HexStringToBytes(hex);
   return absl::OkStatus();
 }
 
@@ -61,6 +80,24 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("UCX could not read its configuration", s);
+  static std::once_flag told;
+  const char* asked = std::getenv("UCX_TLS");
+  if (asked != nullptr && absl::string_view(asked) != kUcxTransports) {
+    std::call_once(told, [asked] {
+      spdlog::warn("UCX_TLS={} is not used: pstrain's UCX carries same-host traffic only, over {}",
+                   asked, kUcxTransports);
+    });
+  }
+  s = ucp_config_modify(config, "TLS", kUcxTransports);
+  // Shared memory tells a dead peer only by UCX's keepalive rounds (is its process still
+  // there?), 20 s apart by default; a call waiting on a dead PS should not wait that long.
+  if (s == UCS_OK && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    s = ucp_config_modify(config, "KEEPALIVE_INTERVAL", kKeepalive);
+  }
+  if (s != UCS_OK) {
+    ucp_config_release(config);
+    return UcxError("UCX cannot be limited to shared memory", s);
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -80,6 +117,12 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   s = ucp_worker_query(w->worker_, &attr);
   if (s != UCS_OK) return UcxError("UCX could not query its worker", s);
   w->max_am_header_ = attr.max_am_header;
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  s = ucp_worker_get_address(w->worker_, &address, &length);
+  if (s != UCS_OK) return UcxError("UCX gave no address for its worker", s);
+  w->address_.assign(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(w->worker_, address);
   return w;
 }
 

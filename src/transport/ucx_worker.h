@@ -21,13 +21,27 @@ namespace pstrain {
 // "<what>: <UCX's reason>", as an Unavailable status.
 absl::Status UcxError(const std::string& what, ucs_status_t status);
 
-// Splits "host:port" (host may be "[v6]"); InvalidArgument naming `address` otherwise.
-absl::Status ParseHostPort(const std::string& address, std::string* host, int* port);
+// The transports every UCP context of pstrain uses, whatever UCX_TLS says: shared memory (and
+// loopback within one worker), none of which opens a socket. UCX's tcp transport listens on a
+// port per network device and parses whatever arrives there, before any token could be checked
+// (16 bytes of 0xff trip an assertion in libuct that aborts the process), so pstrain's UCX
+// serves the processes of one host only and lets no byte from the network reach UCX.
+inline constexpr char kUcxTransports[] = "self,sysv,posix";
+
+// This host's kernel boot id (/proc/sys/kernel/random/boot_id), by which UCX tells hosts apart
+// for shared memory; empty if unreadable.
+std::string HostBootId();
+
+// DataPlaneResponse.ucx_address for a UCP worker address on the host of boot id `host`:
+// "ucx-shm:<host>:<worker address in hex>".
+std::string EncodeUcxAddress(const std::string& host, const std::string& worker);
+// Splits what EncodeUcxAddress made; InvalidArgument for anything else.
+absl::Status DecodeUcxAddress(const std::string& text, std::string* host, std::string* worker);
 
 class UcxWorker {
  public:
-  // A UCP context and worker with active messages and wakeup. Unavailable naming UCX's reason
-  // if UCX cannot start. `name` is used in the thread's messages.
+  // A UCP context (kUcxTransports only) and worker with active messages and wakeup.
+  // Unavailable naming UCX's reason if UCX cannot start. `name` is used in UCX's messages.
   static absl::StatusOr<std::unique_ptr<UcxWorker>> Create(const std::string& name);
   // Stops the thread (if running), then destroys the worker and context.
   ~UcxWorker();
@@ -35,6 +49,8 @@ class UcxWorker {
   ucp_worker_h worker() const { return worker_; }
   // The largest active-message header this worker sends.
   size_t max_am_header() const { return max_am_header_; }
+  // The worker's address (ucp_worker_get_address), which a peer connects to.
+  const std::string& address() const { return address_; }
 
   // Starts the progress thread; `tick` runs on it about every millisecond (deadlines, cleanup).
   // While `busy` (called on the thread) says calls are outstanding, the thread polls instead of
@@ -56,6 +72,7 @@ class UcxWorker {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   size_t max_am_header_ = 0;
+  std::string address_;
   int efd_ = -1;
   std::function<void()> tick_;
   std::function<bool()> busy_;

@@ -119,7 +119,9 @@ class Cluster:
 
     # --- processes -------------------------------------------------------------------------
 
-    def start(self):
+    def start(self, flags=None):
+        """Starts chief, ps:0 and worker:1; `flags` maps a task's name to flags of its own."""
+        flags = flags or {}
         cluster = {"cluster": {"chief": [self.addr["chief"]], "ps": [self.addr["ps:0"]],
                                "worker": [self.addr["worker:0"], self.addr["worker:1"]]}}
         path = os.path.join(self.tmp_dir, "cluster.json")
@@ -129,12 +131,12 @@ class Cluster:
         env["PSTRAIN_PROBE_TAG"] = self.tag.split("=", 1)[1]
         common = [self.binary, "server", "--cluster", path, "--connect_timeout", "60"]
         self.tasks["chief"] = Task("chief", common + [
-            "--job", "chief", "--model", "external", "--mode", "async", "--task_timeout", "900"],
-            env, self.tmp_dir)
-        self.tasks["ps:0"] = Task("ps:0", common + ["--job", "ps", "--task", "0"], env,
-                                  self.tmp_dir)
-        self.tasks["worker:1"] = Task("worker:1", common + ["--job", "worker", "--task", "1"],
-                                      env, self.tmp_dir)
+            "--job", "chief", "--model", "external", "--mode", "async", "--task_timeout", "900"]
+            + flags.get("chief", []), env, self.tmp_dir)
+        self.tasks["ps:0"] = Task("ps:0", common + ["--job", "ps", "--task", "0"]
+                                  + flags.get("ps:0", []), env, self.tmp_dir)
+        self.tasks["worker:1"] = Task("worker:1", common + ["--job", "worker", "--task", "1"]
+                                      + flags.get("worker:1", []), env, self.tmp_dir)
         self.master = wire.Peer(self.addr["chief"], "pstrain.MasterService")
         self.ps = wire.Peer(self.addr["ps:0"], "pstrain.ParameterServerService")
         self.worker = wire.Peer(self.addr["worker:1"], "pstrain.WorkerService")
