@@ -1,0 +1,129 @@
+// A job asked to start from a checkpoint starts from it or fails (pstrain launch, real processes
+// on 127.0.0.1): a bad manifest ends the launch with the chief's error naming the field, the
+// chief is not restarted into a fresh job, and the launch's temporary checkpoint directory is
+// gone; a chief killed before this job saved a checkpoint is restarted from the user's
+// --restore_from.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ctr_testing.h"
+#include "gmock/gmock.h"
+#include "master/checkpoint_manifest.h"
+#include "testing.h"
+
+namespace pstrain::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+class CheckpointRestartClusterTest : public ProcessTest {
+ protected:
+  void SetUp() override {
+    ProcessTest::SetUp();
+    tmp_ = dir_ + "/tmp";  // the launch's TMPDIR, for its temporary checkpoint directory
+    std::filesystem::create_directories(tmp_);
+  }
+  // A small MNIST job of 1 PS and 1 worker; its own TMPDIR.
+  std::vector<std::string> Job(const std::vector<std::string>& more) const {
+    std::vector<std::string> argv = {
+        PSTRAIN_BINARY, "launch", "--ps",     "1", "--workers", "1",   "--data",      MnistDir(),
+        "--hidden",     "16",     "--epochs", "1", "--batch",   "128", "--task_rows", "2560"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+  }
+  std::map<std::string, std::string> TmpEnv() const { return {{"TMPDIR", tmp_}}; }
+  // What the launch left in its TMPDIR.
+  std::vector<std::string> LeftInTmp() const {
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(tmp_)) {
+      left.push_back(e.path().filename().string());
+    }
+    return left;
+  }
+  // The pid of the launch's chief (`pstrain server --job chief`), or -1.
+  pid_t ChiefPid() const {
+    for (pid_t pid : ProcessesTagged(Tag())) {
+      const std::string cmdline = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+      if (cmdline.find(std::string("server\0--job\0chief", 18)) != std::string::npos) return pid;
+    }
+    return -1;
+  }
+  static int Count(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  }
+
+  std::string tmp_;
+};
+
+// The probe's manifest: a shape of 4 TiB of floats aborted the chief with std::bad_alloc, the
+// launcher restarted it with --resume of its empty directory, and the job trained from scratch
+// and exited 0.
+TEST_F(CheckpointRestartClusterTest, ABadManifestEndsTheLaunchNamingItAndIsNotRestarted) {
+  RequireMnist();
+  const std::string bad = dir_ + "/bad/ckpt-5";
+  std::filesystem::create_directories(bad);
+  std::ofstream(bad + "/manifest.json")
+      << R"({"format": "pstrain-checkpoint", "format_version": 2, "global_step": 5,
+             "num_ps": 1, "files": [{"name": "ps-0.ckpt", "bytes": 100, "xxh3": "0"}],
+             "variables": [{"name": "dense0/kernel", "shape": [1048576, 1048576]}],
+             "tables": []})";
+  Result r = RunTagged(Job({"--restore_from", dir_ + "/bad"}), TmpEnv(), 120);
+  const std::string all = r.err + r.out;
+  EXPECT_EQ(r.exit_code, 1) << all;
+  EXPECT_THAT(all, AllOf(HasSubstr(bad + "/manifest.json"), HasSubstr("variables[0].shape"),
+                         HasSubstr("[1048576,1048576]")));
+  EXPECT_THAT(all, Not(HasSubstr("starts from scratch")));
+  EXPECT_THAT(all, Not(HasSubstr("restarting chief")));
+  EXPECT_THAT(LeftInTmp(), IsEmpty()) << "the launch's temporary checkpoint directory";
+}
+
+// A chief that fails at start by a flag only it checks: the launch fails and leaves nothing in
+// its TMPDIR.
+TEST_F(CheckpointRestartClusterTest, AChiefFailingAtStartLeavesNoTemporaryDirectory) {
+  RequireMnist();
+  Result r = RunTagged(Job({"--restore_from", dir_ + "/nothing-here"}), TmpEnv(), 120);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err + r.out, HasSubstr("no valid checkpoint"));
+  EXPECT_THAT(LeftInTmp(), IsEmpty()) << "the launch's temporary checkpoint directory";
+}
+
+// Killed before this job saved a checkpoint, the chief restarts from the user's --restore_from
+// (it said "restoring checkpoint <path>" twice), not from scratch in the launcher's directory.
+TEST_F(CheckpointRestartClusterTest, AChiefKilledBeforeTheFirstCheckpointRestoresTheUsersOne) {
+  RequireMnist();
+  const std::string saved = dir_ + "/saved";
+  ResultOf(RunTagged(Job({"--checkpoint_dir", saved, "--checkpoint_every_steps", "40",
+                          "--keep_checkpoints", "100"}),
+                     TmpEnv(), 180));
+  // Only the first checkpoint stays: the restored job has most of its epoch still to train.
+  std::vector<std::pair<int64_t, std::string>> all = ListCheckpoints(saved);
+  ASSERT_GE(all.size(), 2u);
+  for (size_t i = 0; i + 1 < all.size(); ++i) std::filesystem::remove_all(all[i].second);
+  const std::string first = all.back().second;
+
+  Proc launch = StartTagged(Job({"--restore_from", saved}), TmpEnv());
+  const std::string restoring = "restoring checkpoint " + first;
+  WaitForText(launch.err_path, restoring, 60);
+  ASSERT_THAT(ReadFile(launch.err_path), HasSubstr(restoring));
+  const pid_t chief = ChiefPid();
+  ASSERT_GT(chief, 0);
+  kill(chief, SIGKILL);  // the launch saves every 10 s: nothing of this job is saved yet
+  Result r = Wait(launch, 180);
+  const std::string out = r.err + r.out;
+  ResultOf(r);
+  EXPECT_THAT(out, HasSubstr("restarting chief:0 (killed by SIGKILL)"));
+  EXPECT_THAT(out, HasSubstr("it resumes from --restore_from " + saved));
+  EXPECT_EQ(Count(out, restoring), 2) << out;
+  EXPECT_THAT(out, Not(HasSubstr("starts from scratch")));
+  EXPECT_THAT(LeftInTmp(), IsEmpty()) << "the launch's temporary checkpoint directory";
+}
+
+}  // namespace
+}  // namespace pstrain::testing
