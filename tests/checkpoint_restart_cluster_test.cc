@@ -11,6 +11,7 @@
 #include "ctr_testing.h"
 #include "gmock/gmock.h"
 #include "master/checkpoint_manifest.h"
+#include "nlohmann/json.hpp"
 #include "testing.h"
 
 namespace pstrain::testing {
@@ -21,20 +22,41 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
+// A small MNIST job of 1 PS and 1 worker.
+std::vector<std::string> Job(const std::vector<std::string>& more) {
+  std::vector<std::string> argv = {
+      PSTRAIN_BINARY, "launch", "--ps",     "1", "--workers", "1",   "--data",      MnistDir(),
+      "--hidden",     "16",     "--epochs", "1", "--batch",   "128", "--task_rows", "2560"};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return argv;
+}
+
 class CheckpointRestartClusterTest : public ProcessTest {
  protected:
+  // One job's checkpoints for every test: the first of them, early in its epoch, is what the
+  // tests restore (a job restored from it has most of its epoch still to train).
+  static void SetUpTestSuite() {
+    trained_ = TempDir();
+    Result r = pstrain::testing::Run(Job({"--checkpoint_dir", trained_, "--checkpoint_every_steps",
+                                          "40", "--keep_checkpoints", "100"}),
+                                     {}, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<std::pair<int64_t, std::string>> all = ListCheckpoints(trained_);
+    ASSERT_GE(all.size(), 2u) << r.err;
+    first_ = all.back().second;
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(trained_); }
   void SetUp() override {
     ProcessTest::SetUp();
     tmp_ = dir_ + "/tmp";  // the launch's TMPDIR, for its temporary checkpoint directory
     std::filesystem::create_directories(tmp_);
   }
-  // A small MNIST job of 1 PS and 1 worker; its own TMPDIR.
-  std::vector<std::string> Job(const std::vector<std::string>& more) const {
-    std::vector<std::string> argv = {
-        PSTRAIN_BINARY, "launch", "--ps",     "1", "--workers", "1",   "--data",      MnistDir(),
-        "--hidden",     "16",     "--epochs", "1", "--batch",   "128", "--task_rows", "2560"};
-    argv.insert(argv.end(), more.begin(), more.end());
-    return argv;
+  // A copy of the first checkpoint in `root`: the copy's directory.
+  std::string CopyOfFirst(const std::string& root) const {
+    const std::string copy = root + "/" + std::filesystem::path(first_).filename().string();
+    std::filesystem::create_directories(copy);
+    std::filesystem::copy(first_, copy);
+    return copy;
   }
   std::map<std::string, std::string> TmpEnv() const { return {{"TMPDIR", tmp_}}; }
   // What the launch left in its TMPDIR.
@@ -59,6 +81,7 @@ class CheckpointRestartClusterTest : public ProcessTest {
     return n;
   }
 
+  static inline std::string trained_, first_;
   std::string tmp_;
 };
 
@@ -67,14 +90,12 @@ class CheckpointRestartClusterTest : public ProcessTest {
 // and exited 0.
 TEST_F(CheckpointRestartClusterTest, ABadManifestEndsTheLaunchNamingItAndIsNotRestarted) {
   RequireMnist();
-  const std::string bad = dir_ + "/bad/ckpt-5";
-  std::filesystem::create_directories(bad);
-  std::ofstream(bad + "/manifest.json")
-      << R"({"format": "pstrain-checkpoint", "format_version": 2, "global_step": 5,
-             "num_ps": 1, "files": [{"name": "ps-0.ckpt", "bytes": 100, "xxh3": "0"}],
-             "variables": [{"name": "dense0/kernel", "shape": [1048576, 1048576]}],
-             "tables": []})";
-  Result r = RunTagged(Job({"--restore_from", dir_ + "/bad"}), TmpEnv(), 120);
+  const std::string root = dir_ + "/bad";
+  const std::string bad = CopyOfFirst(root);
+  nlohmann::json m = nlohmann::json::parse(ReadFile(bad + "/manifest.json"));
+  m["variables"][0]["shape"] = {1048576, 1048576};
+  std::ofstream(bad + "/manifest.json", std::ios::trunc) << m.dump();
+  Result r = RunTagged(Job({"--restore_from", root}), TmpEnv(), 180);
   const std::string all = r.err + r.out;
   EXPECT_EQ(r.exit_code, 1) << all;
   EXPECT_THAT(all, AllOf(HasSubstr(bad + "/manifest.json"), HasSubstr("variables[0].shape"),
@@ -95,22 +116,14 @@ TEST_F(CheckpointRestartClusterTest, AChiefFailingAtStartLeavesNoTemporaryDirect
 }
 
 // Killed before this job saved a checkpoint, the chief restarts from the user's --restore_from
-// (it said "restoring checkpoint <path>" twice), not from scratch in the launcher's directory.
+// (it says "restoring checkpoint <path>" twice), not from scratch in the launcher's directory.
 TEST_F(CheckpointRestartClusterTest, AChiefKilledBeforeTheFirstCheckpointRestoresTheUsersOne) {
   RequireMnist();
   const std::string saved = dir_ + "/saved";
-  ResultOf(RunTagged(Job({"--checkpoint_dir", saved, "--checkpoint_every_steps", "40",
-                          "--keep_checkpoints", "100"}),
-                     TmpEnv(), 180));
-  // Only the first checkpoint stays: the restored job has most of its epoch still to train.
-  std::vector<std::pair<int64_t, std::string>> all = ListCheckpoints(saved);
-  ASSERT_GE(all.size(), 2u);
-  for (size_t i = 0; i + 1 < all.size(); ++i) std::filesystem::remove_all(all[i].second);
-  const std::string first = all.back().second;
-
+  const std::string first = CopyOfFirst(saved);
   Proc launch = StartTagged(Job({"--restore_from", saved}), TmpEnv());
   const std::string restoring = "restoring checkpoint " + first;
-  WaitForText(launch.err_path, restoring, 60);
+  WaitForText(launch.err_path, restoring, 120);
   ASSERT_THAT(ReadFile(launch.err_path), HasSubstr(restoring));
   const pid_t chief = ChiefPid();
   ASSERT_GT(chief, 0);
