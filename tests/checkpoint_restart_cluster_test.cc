@@ -4,6 +4,8 @@
 // gone; a chief killed before this job saved a checkpoint is restarted from the user's
 // --restore_from.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -112,6 +114,35 @@ TEST_F(CheckpointRestartClusterTest, AChiefFailingAtStartLeavesNoTemporaryDirect
   Result r = RunTagged(Job({"--restore_from", dir_ + "/nothing-here"}), TmpEnv(), 120);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err + r.out, HasSubstr("no valid checkpoint"));
+  EXPECT_THAT(LeftInTmp(), IsEmpty()) << "the launch's temporary checkpoint directory";
+}
+
+// A launch whose output goes to a reader that went away (`pstrain launch ... | head` after head
+// exited) and whose chief fails at start: it was ended by SIGPIPE at its first message, leaving
+// its pstrain-checkpoints-* directory. It now goes on, fails as the chief did, and cleans up.
+TEST_F(CheckpointRestartClusterTest, ALaunchWritingToAClosedPipeStillCleansUp) {
+  RequireMnist();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  close(fds[0]);  // no reader
+  std::vector<std::string> argv = Job({"--restore_from", dir_ + "/nothing-here"});
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("TMPDIR", tmp_.c_str(), 1);
+    setenv("PSTRAIN_TEST_TAG", tag_.c_str(), 1);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
   EXPECT_THAT(LeftInTmp(), IsEmpty()) << "the launch's temporary checkpoint directory";
 }
 
