@@ -2,10 +2,14 @@
 // unwritable file, each naming the path.
 #include "common/checkpoint_format.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing.h"
@@ -13,6 +17,7 @@
 namespace pstrain {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 void ExpectWatermarks(const std::vector<TaskWatermarkRecord>& got,
@@ -172,6 +177,112 @@ TEST(CheckpointFormatTest, MissingDamagedAndUnwritableFilesAreNamed) {
   EXPECT_THAT(w.status().message(), HasSubstr(nowhere + ".tmp"));
   EXPECT_THAT(w.status().message(), HasSubstr("No such file or directory"));
   std::filesystem::remove_all(dir);
+}
+
+// The bytes of the file at `path`, and writing them back with the trailer's checksum made right
+// again: a file that lies in a field yet passes the checksum (XXH3 guards against damage, not
+// against a crafted file).
+std::string Bytes(const std::string& path) { return testing::ReadFile(path); }
+void WriteResigned(const std::string& path, std::string bytes) {
+  const size_t body = bytes.size() - 24;
+  const uint64_t checksum = XXH3_64bits(bytes.data(), body);
+  std::memcpy(bytes.data() + body + 16, &checksum, 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Fields that lie, each written faithfully by the writer: refused by the reader, naming the
+// file, the record and the value, before anything is sized by them.
+TEST(CheckpointFormatTest, FieldsOutsideTheLimitsAreRefused) {
+  const std::string dir = testing::TempDir();
+  const std::string path = dir + "/ps-0.ckpt";
+  auto refused = [&](const PartFile& p, const std::vector<std::string>& says) {
+    ASSERT_TRUE(WritePartFile(p, path).ok());
+    absl::StatusOr<PartFile> r = ReadPartFile(path);
+    EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr(path + ": "));
+    for (const std::string& s : says) EXPECT_THAT(r.status().message(), HasSubstr(s));
+  };
+  PartFile p = Sample();
+  p.shards[0].shape = {-784, 32};
+  p.shards[0].slots.clear();
+  p.shards[0].values.clear();
+  p.shards[0].row_begin = p.shards[0].row_end = 0;
+  refused(p, {"shard 'w/part_1'", "[-784, 32]"});
+  p.shards[0].shape = {int64_t{1} << 20, int64_t{1} << 20};
+  refused(p, {"shard 'w/part_1'", "[1048576, 1048576]"});
+  p = Sample();
+  p.shards[0].row_end = 9;  // past the shape's 5 rows
+  refused(p, {"shard 'w/part_1'", "rows [3, 9)"});
+  p = Sample();
+  p.shards[0].update_count = -1;
+  refused(p, {"update_count -1"});
+  p = Sample();
+  p.shards[0].name = std::string(kMaxNameBytes + 1, 'n');
+  refused(p, {"1025"});
+  p = Sample();
+  p.tables[0].dim = -5;
+  refused(p, {"table 'emb'", "dim -5"});
+  p = Sample();
+  p.tables[0].dim = 1;
+  p.tables[0].floats_per_row = 1000;  // the row and 999 slots
+  p.tables[0].floats.assign(2000, 0.0f);
+  refused(p, {"table 'emb'", "1000 floats per row"});
+  p = Sample();
+  p.ps_task = 3;  // of 3 PS
+  refused(p, {"ps task 3 of 3 PS"});
+  std::filesystem::remove_all(dir);
+}
+
+// Counts and lengths in the bytes that lie: a record longer or shorter than it says, an array
+// whose count runs past the end. Refused, never sized by the count.
+TEST(CheckpointFormatTest, LyingLengthsAreRefused) {
+  const std::string dir = testing::TempDir();
+  const std::string path = dir + "/ps-0.ckpt";
+  PartFile p = Sample();
+  p.tables.clear();
+  ASSERT_TRUE(WritePartFile(p, path).ok());
+  const std::string good = Bytes(path);
+  // The shard record's payload length, just after the header (28 bytes) and its kind byte.
+  constexpr size_t kRecordBytes = 28 + 1;
+  uint64_t payload = 0;
+  std::memcpy(&payload, good.data() + kRecordBytes, 8);
+  std::string lying = good;
+  const uint64_t shorter = payload - 8;
+  std::memcpy(lying.data() + kRecordBytes, &shorter, 8);
+  WriteResigned(path, lying);
+  absl::StatusOr<PartFile> r = ReadPartFile(path);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(),
+              AllOf(HasSubstr(path), HasSubstr(absl::StrCat("says ", shorter, " bytes"))));
+  // The name's length (the first field of the record) past the end of the file.
+  lying = good;
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(lying.data() + kRecordBytes + 8, &huge, 8);
+  WriteResigned(path, lying);
+  r = ReadPartFile(path);
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr(path), HasSubstr("past the end")));
+  std::filesystem::remove_all(dir);
+}
+
+// A part is the checkpoint directory's own regular file: a symbolic link (which could lead
+// anywhere) and a directory are refused, naming the path.
+TEST(CheckpointFormatTest, APartThatIsNotARegularFileOfItsDirectoryIsRefused) {
+  const std::string dir = testing::TempDir();
+  const std::string outside = testing::TempDir();
+  ASSERT_TRUE(WritePartFile(Sample(), outside + "/ps-0.ckpt").ok());
+  const std::string path = dir + "/ps-0.ckpt";
+  std::filesystem::create_symlink(outside + "/ps-0.ckpt", path);
+  absl::StatusOr<PartFile> r = ReadPartFile(path);
+  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr(path), HasSubstr("symbolic link")));
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  r = ReadPartFile(path);
+  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr(path), HasSubstr("not a regular file")));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(outside);
 }
 
 }  // namespace

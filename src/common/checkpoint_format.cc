@@ -9,8 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
+#include "common/tensor.h"
 
 namespace pstrain {
 namespace {
@@ -242,12 +248,81 @@ absl::Status ReadWatermarks(Reader* r, const std::string& owner,
   return absl::OkStatus();
 }
 
+// The fields of a shard record against the limits, before the caller sizes anything by them.
+absl::Status CheckShard(const ShardRecord& s) {
+  auto bad = [&](auto... why) {
+    return absl::DataLossError(
+        absl::StrCat("shard '", s.name.substr(0, kMaxNameBytes), "': ", why...));
+  };
+  if (s.name.empty() || s.name.size() > static_cast<size_t>(kMaxNameBytes) || s.variable.empty() ||
+      s.variable.size() > static_cast<size_t>(kMaxNameBytes) ||
+      s.optimizer.size() > static_cast<size_t>(kMaxNameBytes)) {
+    return bad("a name of ", s.name.size(), ", ", s.variable.size(), " or ", s.optimizer.size(),
+               " bytes (names are 1 to ", kMaxNameBytes, ")");
+  }
+  if (s.optimizer_config.size() > static_cast<size_t>(kMaxTextBytes)) {
+    return bad("an optimizer config of ", s.optimizer_config.size(), " bytes (at most ",
+               kMaxTextBytes, ")");
+  }
+  const std::optional<int64_t> elements = CheckedNumElements(s.shape);
+  const std::optional<int64_t> bytes = elements ? CheckedMul(*elements, 4) : std::nullopt;
+  if (!bytes || *bytes > kMaxTensorBytes) {
+    return bad("shape ",
+               s.shape.size() > static_cast<size_t>(kMaxTensorRank)
+                   ? absl::StrCat("of rank ", s.shape.size())
+                   : ShapeString(s.shape),
+               ": a dimension is negative, or it holds over ", kMaxTensorBytes,
+               " bytes (rank at most ", kMaxTensorRank, ")");
+  }
+  const int64_t rows = s.shape.empty() ? 1 : s.shape[0];
+  const int64_t row = rows > 0 ? *elements / rows : 0;
+  if (s.row_begin < 0 || s.row_begin > s.row_end || s.row_end > rows ||
+      static_cast<int64_t>(s.values.size()) != (s.row_end - s.row_begin) * row) {
+    return bad("rows [", s.row_begin, ", ", s.row_end, ") with ", s.values.size(),
+               " floats do not fit its shape of ", rows, " rows");
+  }
+  if (s.update_count < 0) return bad("update_count ", s.update_count, " is negative");
+  return absl::OkStatus();
+}
+
+absl::Status CheckTable(const TableRecord& t) {
+  auto bad = [&](auto... why) {
+    return absl::DataLossError(
+        absl::StrCat("table '", t.name.substr(0, kMaxNameBytes), "': ", why...));
+  };
+  if (t.name.empty() || t.name.size() > static_cast<size_t>(kMaxNameBytes)) {
+    return bad("a name of ", t.name.size(), " bytes (names are 1 to ", kMaxNameBytes, ")");
+  }
+  if (t.table_def.size() > static_cast<size_t>(kMaxTextBytes)) {
+    return bad("a table_def of ", t.table_def.size(), " bytes (at most ", kMaxTextBytes, ")");
+  }
+  if (t.dim < 1 || t.dim > kMaxTableDim || t.floats_per_row < t.dim ||
+      t.floats_per_row % t.dim != 0 || t.floats_per_row / t.dim > 1 + kMaxOptimizerSlots) {
+    return bad("dim ", t.dim, " with ", t.floats_per_row, " floats per row (dim 1 to ",
+               kMaxTableDim, ", the row and up to ", kMaxOptimizerSlots, " slots of it)");
+  }
+  const size_t n = t.keys.size();
+  if (t.floats.size() / static_cast<size_t>(t.floats_per_row) != n ||
+      t.floats.size() % static_cast<size_t>(t.floats_per_row) != 0 ||
+      (!t.step_counts.empty() && t.step_counts.size() != n) || t.last_update.size() != n) {
+    return bad("the arrays do not match its ", n, " keys");
+  }
+  return absl::OkStatus();
+}
+
+// Reads the records; each count is checked against the bytes left before anything is sized by
+// it, each record's fields against the limits, and each record must be as long as it says.
 absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
   while (r->ok() && !r->done()) {
     const uint8_t kind = r->Pod<uint8_t>();
     const uint64_t bytes = r->Pod<uint64_t>();
     if (!r->ok() || bytes > static_cast<uint64_t>(r->left())) break;
+    const int64_t left_before = r->left();
     if (kind == kShardRecord) {
+      if (part->shards.size() >= static_cast<size_t>(kMaxCheckpointVariables)) {
+        return absl::DataLossError(
+            absl::StrCat("more than ", kMaxCheckpointVariables, " shard records"));
+      }
       ShardRecord s;
       s.name = r->String();
       s.variable = r->String();
@@ -259,11 +334,21 @@ absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
       s.optimizer = r->String();
       s.optimizer_config = r->String();
       s.values = r->Array<float>();
+      if (!r->ok()) break;
+      if (absl::Status c = CheckShard(s); !c.ok()) return c;
       const uint64_t slots = r->Pod<uint64_t>();
+      if (slots > static_cast<uint64_t>(kMaxOptimizerSlots)) {
+        return absl::DataLossError(absl::StrCat("shard '", s.name, "': ", slots, " slots (at most ",
+                                                kMaxOptimizerSlots, ")"));
+      }
       for (uint64_t i = 0; r->ok() && i < slots; ++i) {
         SlotValues v;
         v.name = r->String();
         v.values = r->Array<float>();
+        if (v.name.size() > static_cast<size_t>(kMaxNameBytes)) {
+          return absl::DataLossError(
+              absl::StrCat("shard '", s.name, "': a slot name of ", v.name.size(), " bytes"));
+        }
         if (v.values.size() != s.values.size()) {
           return absl::DataLossError(absl::StrCat("shard '", s.name, "': slot '", v.name, "' has ",
                                                   v.values.size(), " floats, not ",
@@ -279,6 +364,9 @@ absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
       }
       part->shards.push_back(std::move(s));
     } else if (kind == kTableRecord) {
+      if (part->tables.size() >= static_cast<size_t>(kMaxTables)) {
+        return absl::DataLossError(absl::StrCat("more than ", kMaxTables, " table records"));
+      }
       TableRecord t;
       t.name = r->String();
       t.table_def = r->String();
@@ -289,12 +377,8 @@ absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
       t.floats = r->Array<float>();
       t.step_counts = r->Array<uint32_t>();
       t.last_update = r->Array<uint64_t>();
-      const size_t n = t.keys.size();
-      if (t.floats_per_row < 1 || t.floats.size() != n * t.floats_per_row ||
-          (!t.step_counts.empty() && t.step_counts.size() != n) || t.last_update.size() != n) {
-        return absl::DataLossError(
-            absl::StrCat("table '", t.name, "': the arrays do not match its ", n, " keys"));
-      }
+      if (!r->ok()) break;
+      if (absl::Status c = CheckTable(t); !c.ok()) return c;
       if (version >= 2) {
         if (absl::Status w = ReadWatermarks(r, absl::StrCat("table '", t.name, "'"), &t.applied);
             !w.ok()) {
@@ -305,9 +389,76 @@ absl::Status ReadRecords(Reader* r, uint32_t version, PartFile* part) {
     } else {
       return absl::DataLossError(absl::StrCat("unknown record kind ", int{kind}));
     }
+    if (r->ok() && static_cast<uint64_t>(left_before - r->left()) != bytes) {
+      return absl::DataLossError(absl::StrCat("a record of kind ", int{kind}, " says ", bytes,
+                                              " bytes but holds ", left_before - r->left()));
+    }
   }
   if (!r->ok()) return absl::DataLossError("a record runs past the end of the file");
   return absl::OkStatus();
+}
+
+// A checkpoint's file, opened for reading: never through a symbolic link (a part or manifest
+// is the checkpoint directory's own file, and a link could lead anywhere), never a FIFO or a
+// device (O_NONBLOCK: opening a FIFO does not wait for a writer).
+struct OpenFile {
+  int fd = -1;
+  int64_t bytes = 0;
+  OpenFile() = default;
+  OpenFile(OpenFile&& o) noexcept : fd(std::exchange(o.fd, -1)), bytes(o.bytes) {}
+  OpenFile& operator=(OpenFile&&) = delete;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+absl::StatusOr<OpenFile> OpenRegular(const std::string& path) {
+  OpenFile f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (f.fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(Errno("opening", path));
+    if (errno == ELOOP) {
+      return absl::DataLossError(absl::StrCat(
+          path, " is a symbolic link: a checkpoint's files must be its directory's own"));
+    }
+    return absl::PermissionDeniedError(Errno("opening", path));
+  }
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0) return absl::PermissionDeniedError(Errno("examining", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::DataLossError(absl::StrCat(path, " is not a regular file"));
+  }
+  f.bytes = static_cast<int64_t>(st.st_size);
+  return f;
+}
+
+// Reads exactly n bytes at `offset`; false (errno set) if the file ends first or a read fails.
+bool PreadAll(int fd, char* out, int64_t n, int64_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, out, static_cast<size_t>(n), offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = EIO;  // shorter than its size said: cut while being read
+      return false;
+    }
+    out += r;
+    n -= r;
+    offset += r;
+  }
+  return true;
+}
+
+// Sizes `data` to `n` bytes; false if the memory is not there (a part larger than this process
+// can hold fails the restore instead of the process).
+bool Allocate(std::string* data, int64_t n) {
+  try {
+    data->resize(static_cast<size_t>(n));
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const std::length_error&) {
+    return false;
+  }
 }
 
 absl::Status SyncDirectory(const std::string& path) {
@@ -379,34 +530,37 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
       .status();
 }
 
-absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(Errno("opening", path));
-    return absl::PermissionDeniedError(Errno("opening", path));
-  }
-  struct stat st;
-  std::string data;
-  if (::fstat(fd, &st) == 0) data.resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < data.size()) {
-    const ssize_t r = ::read(fd, data.data() + got, data.size() - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  ::close(fd);
+absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info,
+                                      int64_t expected_bytes) {
+  absl::StatusOr<OpenFile> file = OpenRegular(path);
+  if (!file.ok()) return file.status();
   auto bad = [&](auto... why) { return absl::DataLossError(absl::StrCat(path, ": ", why...)); };
-  if (got != data.size()) return bad("could not be read whole");
-  const int64_t n = static_cast<int64_t>(data.size());
+  const int64_t n = file->bytes;
+  if (expected_bytes >= 0 && n != expected_bytes) {
+    return bad(n < expected_bytes ? "truncated: " : "", n, " bytes, the manifest says ",
+               expected_bytes);
+  }
   if (n < kHeaderBytes + kTrailerBytes) return bad("truncated (", n, " bytes)");
-  const char* trailer = data.data() + n - kTrailerBytes;
+  // The trailer first: a file that is not a whole part (a sparse or foreign file, a cut copy) is
+  // refused before its size is allocated.
+  char trailer[kTrailerBytes];
+  if (!PreadAll(file->fd, trailer, kTrailerBytes, n - kTrailerBytes)) {
+    return bad("could not be read: ", std::strerror(errno));
+  }
   int64_t body = 0;
   uint64_t checksum = 0;
   std::memcpy(&body, trailer + 8, 8);
   std::memcpy(&checksum, trailer + 16, 8);
   if (std::memcmp(trailer, kTrailerMagic, 8) != 0 || body != n - kTrailerBytes) {
     return bad("truncated or not a checkpoint part (no trailer at its end)");
+  }
+  std::string data;
+  if (!Allocate(&data, body)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": its ", body, " bytes do not fit in this process's memory"));
+  }
+  if (!PreadAll(file->fd, data.data(), body, 0)) {
+    return bad("could not be read whole: ", std::strerror(errno));
   }
   const uint64_t actual = XXH3_64bits(data.data(), static_cast<size_t>(body));
   if (actual != checksum) {
@@ -424,9 +578,27 @@ absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info
   part.ps_task = r.Pod<uint32_t>();
   part.num_ps = r.Pod<uint32_t>();
   part.checkpoint_id = r.Pod<uint64_t>();
+  if (part.num_ps < 1 || part.num_ps > static_cast<uint32_t>(kMaxTasks) ||
+      part.ps_task >= part.num_ps) {
+    return bad("ps task ", part.ps_task, " of ", part.num_ps, " PS (1 to ", kMaxTasks, " PS)");
+  }
   if (absl::Status s = ReadRecords(&r, version, &part); !s.ok()) return bad(s.message());
   if (info != nullptr) *info = {n, checksum};
   return part;
+}
+
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path, int64_t max_bytes) {
+  absl::StatusOr<OpenFile> file = OpenRegular(path);
+  if (!file.ok()) return file.status();
+  if (file->bytes > max_bytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", file->bytes, " bytes, over the limit of ", max_bytes));
+  }
+  std::string data(static_cast<size_t>(file->bytes), '\0');
+  if (!PreadAll(file->fd, data.data(), file->bytes, 0)) {
+    return absl::DataLossError(absl::StrCat(path, ": could not be read: ", std::strerror(errno)));
+  }
+  return data;
 }
 
 }  // namespace pstrain

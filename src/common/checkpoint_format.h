@@ -95,9 +95,18 @@ absl::StatusOr<WrittenFile> WritePartFile(const PartFile& part, const std::strin
 
 // Reads and checks a part file: DataLoss naming `path` for a short file, a bad magic, an unknown
 // format version, a checksum mismatch or a malformed record (a negative watermark included);
-// NotFound if it does not exist.
+// NotFound if it does not exist. Every count and size the file holds is checked against the
+// bytes left and against common/limits.h (names, shapes, tensor bytes, tables, slots, tasks)
+// before anything is sized by it, and every record must be as long as it says. The part is
+// opened without following a symbolic link, and must be a regular file. `expected_bytes` (>= 0:
+// the manifest's) is compared with the file's size before the file is read.
 // `info` (optional) receives the file's size and checksum.
-absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info = nullptr);
+absl::StatusOr<PartFile> ReadPartFile(const std::string& path, WrittenFile* info = nullptr,
+                                      int64_t expected_bytes = -1);
+
+// Reads a checkpoint's small file (its manifest) whole: a regular file, not through a symbolic
+// link, of at most `max_bytes` (DataLoss naming `path` otherwise; NotFound if it is missing).
+absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path, int64_t max_bytes);
 
 // Writes `text` to `path` atomically (tmp, fsync, rename, fsync of the directory).
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);

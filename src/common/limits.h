@@ -41,6 +41,13 @@ constexpr int64_t kMaxKeysPerRequest = int64_t{4} << 20;
 constexpr int kMaxTables = 4096;
 // Free-text fields (error messages, shutdown reasons) in requests.
 constexpr int kMaxTextBytes = 64 * 1024;
+// Checkpoints (docs/checkpoints.md), checked when one is read, before anything is sized by them:
+// its manifest.json, the variables it lists (and the shard records of one part file, which a PS
+// receives in one request), and the optimizer slots of a shard or a table row. Every other field
+// is checked against the limits above (names, ranks, tensor bytes, tables, tasks, table dims).
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+constexpr int kMaxCheckpointVariables = kMaxVariablesPerRequest;
+constexpr int kMaxOptimizerSlots = 8;
 
 // a * b and a + b for non-negative operands, or nullopt on overflow.
 inline std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {

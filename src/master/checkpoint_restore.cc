@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -22,30 +23,46 @@ namespace {
 
 absl::Status Lost(const auto&... parts) { return absl::DataLossError(absl::StrCat(parts...)); }
 
-// Fills `v` from its shards, checking that they cover every row once.
-absl::Status Assemble(const std::string& dir, const std::vector<const ShardRecord*>& shards,
+// Fills `v` from its shards, checking first that they fit it and cover every row once: only
+// then is the variable's memory taken, so its size is bounded by what the parts hold.
+absl::Status Assemble(const std::string& dir, std::vector<const ShardRecord*> shards,
                       LoadedCheckpoint::Variable* v) {
   const int64_t elements = NumElements(v->shape);
   const int64_t rows = v->shape.empty() ? 1 : v->shape[0];
   const int64_t row = rows > 0 ? elements / rows : 0;
-  v->values.assign(elements, 0.0f);
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardRecord* a, const ShardRecord* b) { return a->row_begin < b->row_begin; });
   int64_t covered = 0;
   for (const ShardRecord* s : shards) {
-    if (s->shape != v->shape || s->row_begin < 0 || s->row_end > rows ||
+    if (s->shape != v->shape || s->row_begin != covered || s->row_end > rows ||
         s->row_begin > s->row_end ||
         static_cast<int64_t>(s->values.size()) != (s->row_end - s->row_begin) * row) {
-      return Lost(dir, ": shard '", s->name, "' does not fit variable '", v->name, "' of shape ",
-                  ShapeString(v->shape));
+      return Lost(dir, ": shard '", s->name, "' (rows ", s->row_begin, " to ", s->row_end,
+                  ") does not fit variable '", v->name, "' of shape ", ShapeString(v->shape),
+                  " after row ", covered);
     }
-    if (v->optimizer.empty()) {
-      v->optimizer = s->optimizer;
-      v->optimizer_config = s->optimizer_config;
-      for (const SlotValues& slot : s->slots) v->slots.push_back({slot.name, {}});
-      for (SlotValues& slot : v->slots) slot.values.assign(elements, 0.0f);
+    const ShardRecord* first = shards.front();
+    bool same_slots = s->optimizer == first->optimizer && s->slots.size() == first->slots.size();
+    for (size_t i = 0; same_slots && i < s->slots.size(); ++i) {
+      same_slots = s->slots[i].name == first->slots[i].name;
     }
-    if (s->optimizer != v->optimizer || s->slots.size() != v->slots.size()) {
+    if (!same_slots) {
       return Lost(dir, ": the shards of variable '", v->name, "' have different optimizers");
     }
+    covered = s->row_end;
+  }
+  if (covered != rows) {
+    return Lost(dir, ": the shards of variable '", v->name, "' cover ", covered, " of its ", rows,
+                " rows (truncated)");
+  }
+  if (shards.empty()) return absl::OkStatus();  // a variable of no rows
+  v->values.assign(elements, 0.0f);
+  const ShardRecord* first = shards.front();
+  v->optimizer = first->optimizer;
+  v->optimizer_config = first->optimizer_config;
+  for (const SlotValues& slot : first->slots) v->slots.push_back({slot.name, {}});
+  for (SlotValues& slot : v->slots) slot.values.assign(elements, 0.0f);
+  for (const ShardRecord* s : shards) {
     const int64_t at = s->row_begin * row;
     std::copy(s->values.begin(), s->values.end(), v->values.begin() + at);
     for (size_t i = 0; i < s->slots.size(); ++i) {
@@ -55,20 +72,21 @@ absl::Status Assemble(const std::string& dir, const std::vector<const ShardRecor
     v->version = std::max(v->version, s->version);
     v->update_count = std::max(v->update_count, s->update_count);
     v->pieces.push_back({s->row_begin, s->row_end, s->version, s->update_count, s->applied});
-    covered += s->row_end - s->row_begin;
-  }
-  if (covered != rows && !(v->shape.empty() && covered == 1)) {
-    return Lost(dir, ": the shards of variable '", v->name, "' cover ", covered, " of its ", rows,
-                " rows");
   }
   return absl::OkStatus();
 }
 
-// Gathers the rows of one table from every part, oldest update first.
-void MergeTable(TableRecord* into, TableRecord&& part) {
+// Gathers the rows of one table from every part; the parts must agree on its layout (their
+// rows are laid side by side).
+absl::Status MergeTable(const std::string& dir, TableRecord* into, TableRecord&& part) {
   if (into->keys.empty() && into->name.empty()) {
     *into = std::move(part);
-    return;
+    return absl::OkStatus();
+  }
+  if (part.dim != into->dim || part.floats_per_row != into->floats_per_row ||
+      part.step_counts.empty() != into->step_counts.empty()) {
+    return Lost(dir, ": the parts of table '", into->name, "' differ in dim (", into->dim, ", ",
+                part.dim, "), floats per row or step counts");
   }
   into->version = std::max(into->version, part.version);
   into->keys.insert(into->keys.end(), part.keys.begin(), part.keys.end());
@@ -77,6 +95,7 @@ void MergeTable(TableRecord* into, TableRecord&& part) {
                            part.step_counts.end());
   into->last_update.insert(into->last_update.end(), part.last_update.begin(),
                            part.last_update.end());
+  return absl::OkStatus();
 }
 
 void SortByLastUpdate(TableRecord* t) {
@@ -117,14 +136,21 @@ void ReconcileLedger(LoadedCheckpoint* ckpt) {
   for (size_t e = 0; epochs.is_array() && e < epochs.size(); ++e) {
     for (size_t id = 0; epochs[e].is_array() && id < epochs[e].size(); ++id) {
       nlohmann::json& t = epochs[e][id];
-      if (!t.is_object() || t.value("state", "") != "applied") continue;
-      const int64_t steps = t.value("steps", int64_t{0});
+      // A field of the wrong type is left to TaskLedger::FromJson, which names it.
+      if (!t.is_object() || !t.contains("state") || t["state"] != "applied" ||
+          !t.contains("steps") || !t["steps"].is_number_integer()) {
+        continue;
+      }
+      const int64_t steps = t["steps"].get<int64_t>();
       const auto it = cut.find({static_cast<int>(e), static_cast<int64_t>(id)});
       if (steps == 0 || (it != cut.end() && it->second >= steps)) continue;  // whole in the cut
       // Not applied in the parameters the cut holds: pending, and its application undone.
       t["state"] = "pending";
       t["worker"] = -1;
-      if (t.value("applications", 0) > 0) t["applications"] = t["applications"].get<int>() - 1;
+      if (t.contains("applications") && t["applications"].is_number_integer() &&
+          t["applications"].get<int64_t>() > 0) {
+        t["applications"] = t["applications"].get<int64_t>() - 1;
+      }
       ++rewritten;
     }
   }
@@ -147,13 +173,24 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
   ckpt.ledger = m->ledger;
   std::vector<PartFile> parts;
   for (const auto& [name, want] : m->files) {
+    // ReadManifest allows only ps-<i>.ckpt: a file of this directory.
     const std::string path = dir + "/" + name;
     WrittenFile got;
-    absl::StatusOr<PartFile> part = ReadPartFile(path, &got);
-    if (!part.ok()) return Lost(part.status().message());
+    absl::StatusOr<PartFile> part = ReadPartFile(path, &got, want.bytes);
+    if (!part.ok()) {
+      if (absl::IsResourceExhausted(part.status())) return part.status();
+      return Lost(part.status().message());
+    }
     if (got.bytes != want.bytes || got.checksum != want.checksum) {
       return Lost(path, ": ", got.bytes, " bytes with checksum ", absl::Hex(got.checksum),
                   ", the manifest says ", want.bytes, " bytes with ", absl::Hex(want.checksum));
+    }
+    const uint32_t index = static_cast<uint32_t>(parts.size());
+    if (part->ps_task != index || part->num_ps != static_cast<uint32_t>(m->num_ps) ||
+        part->checkpoint_id != static_cast<uint64_t>(m->global_step)) {
+      return Lost(path, ": part ", part->ps_task, " of ", part->num_ps, " PS at step ",
+                  part->checkpoint_id, ", the manifest says part ", index, " of ", m->num_ps,
+                  " at step ", m->global_step);
     }
     parts.push_back(*std::move(part));
   }
@@ -174,7 +211,7 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
       for (TableRecord& r : parts[i].tables) {
         if (r.name != name) continue;
         applied[i] = std::move(r.applied);
-        MergeTable(&t, std::move(r));
+        if (absl::Status s = MergeTable(dir, &t, std::move(r)); !s.ok()) return s;
       }
     }
     std::vector<const std::vector<TaskWatermarkRecord>*> lists;
@@ -187,6 +224,17 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
   }
   ReconcileLedger(&ckpt);
   return ckpt;
+}
+
+// LoadOne, failing rather than ending the process when a checkpoint that passed every check is
+// larger than this machine's memory.
+absl::StatusOr<LoadedCheckpoint> LoadOneInMemory(const std::string& dir) {
+  try {
+    return LoadOne(dir);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(dir, ": the checkpoint does not fit in this process's memory"));
+  }
 }
 
 }  // namespace
@@ -213,17 +261,30 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
   std::error_code ec;
   const std::string base = std::filesystem::path(path).lexically_normal().filename().string();
   if (base.rfind("ckpt-", 0) == 0) {
-    return LoadOne(path);
+    absl::StatusOr<LoadedCheckpoint> ckpt = LoadOneInMemory(path);
+    if (ckpt.ok()) {
+      spdlog::info("restoring checkpoint {} (global step {})", path, ckpt->global_step);
+    }
+    return ckpt;
   }
+  absl::Status newest_problem;  // of the newest checkpoint that is not usable
   for (const auto& [step, dir] : ListCheckpoints(path)) {
-    absl::StatusOr<LoadedCheckpoint> ckpt = LoadOne(dir);
+    absl::StatusOr<LoadedCheckpoint> ckpt = LoadOneInMemory(dir);
     if (ckpt.ok()) {
       spdlog::info("restoring checkpoint {} (global step {})", dir, step);
       return ckpt;
     }
     if (absl::IsNotFound(ckpt.status())) continue;  // never completed: not a checkpoint
+    if (newest_problem.ok()) newest_problem = ckpt.status();
     spdlog::warn("checkpoint {} is not usable: {}; trying the one before it", dir,
                  std::string(ckpt.status().message()));
+  }
+  if (!newest_problem.ok()) {
+    // Checkpoints are there but none can be read: never "no checkpoint" (which --resume takes
+    // for a job to start from scratch).
+    return absl::Status(newest_problem.code(),
+                        absl::StrCat("--restore_from ", path, ": no valid checkpoint; the newest: ",
+                                     newest_problem.message()));
   }
   return absl::NotFoundError(absl::StrCat("--restore_from ", path, ": no valid checkpoint"));
 }

@@ -157,8 +157,12 @@ std::vector<TaskWatermarkRecord> MinWatermarks(
 
 // Reads `path`: a ckpt-<step> directory, or a checkpoint root whose newest valid checkpoint is
 // used (an invalid one, a part truncated, corrupted or missing, is reported by a warning naming
-// the file, and the one before it is tried). NotFound if the root holds no valid checkpoint;
-// DataLoss naming the file for a ckpt-<step> directory that is not valid.
+// the file, and the one before it is tried). NotFound if the root holds no checkpoint (no
+// ckpt-<step> with a manifest); DataLoss naming the file and the field if it holds some but
+// none is valid, or for a ckpt-<step> directory that is not valid. Every field of the manifest
+// and the parts is checked against common/limits.h before anything is sized by it, and the
+// memory a variable takes is bounded by what its parts hold (ResourceExhausted if even that
+// does not fit).
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
 
 // InvalidArgument naming the first variable or table whose name, shape or dim differs between

@@ -1,10 +1,14 @@
 #include "runtime/launch_plan.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/launch_process.h"
@@ -15,6 +19,22 @@ namespace {
 
 // The checkpoint interval launch gives a chief it may restart, unless one was given.
 constexpr const char* kCheckpointEverySecs = "10";
+
+// The checkpoints in `dir`, each as its name and the identity of its manifest (inode and time
+// written): a checkpoint saved again, or its manifest rewritten, is another.
+std::set<std::string> CheckpointsIn(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    struct stat st;
+    if (name.rfind("ckpt-", 0) != 0 || ::stat((e.path() / "manifest.json").c_str(), &st) != 0) {
+      continue;
+    }
+    out.insert(absl::StrCat(name, " ", st.st_ino, " ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -48,7 +68,11 @@ absl::Status LaunchPlan::PickAddresses() {
 // saves them in the log directory's "checkpoints" (or a temporary directory removed at the end),
 // every kCheckpointEverySecs unless an interval was given.
 absl::Status LaunchPlan::PrepareCheckpoints(const TaskLogs* logs) {
-  if (!o_.restart_failed || !o_.recovery || !checkpoint_dir_.empty()) return absl::OkStatus();
+  if (!o_.restart_failed || !o_.recovery) return absl::OkStatus();
+  if (!checkpoint_dir_.empty()) {
+    at_start_ = CheckpointsIn(checkpoint_dir_);  // another job's, or the one --resume continues
+    return absl::OkStatus();
+  }
   if (logs != nullptr) {
     checkpoint_dir_ = logs->dir() + "/checkpoints";
   } else {
@@ -61,6 +85,7 @@ absl::Status LaunchPlan::PrepareCheckpoints(const TaskLogs* logs) {
     }
     checkpoint_dir_ = temp_checkpoints_ = dir;
   }
+  at_start_ = CheckpointsIn(checkpoint_dir_);  // a log directory's may hold an earlier job's
   chief_flags_.insert(chief_flags_.end(), {"--checkpoint_dir", checkpoint_dir_});
   if (!o_.checkpoint_interval_given) {
     chief_flags_.insert(chief_flags_.end(), {"--checkpoint_every_secs", kCheckpointEverySecs});
@@ -70,12 +95,25 @@ absl::Status LaunchPlan::PrepareCheckpoints(const TaskLogs* logs) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> LaunchPlan::ServerArgv(const std::string& job, int task, bool restarted) {
+bool LaunchPlan::SavedByThisJob() const {
+  if (checkpoint_dir_.empty()) return false;
+  for (const std::string& c : CheckpointsIn(checkpoint_dir_)) {
+    if (!at_start_.contains(c)) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> LaunchPlan::ServerArgv(const std::string& job, int task, bool restarted,
+                                                std::string* from) {
   std::vector<std::string> argv = {o_.binary, "server", "--job",
                                    job,       "--task", std::to_string(task)};
   if (job == "chief") {
-    const std::vector<std::string> flags =
-        restarted ? RestartedChiefFlags(chief_flags_, checkpoint_dir_) : chief_flags_;
+    ChiefRestart restart;
+    if (restarted) {
+      restart = RestartedChief(chief_flags_, checkpoint_dir_, SavedByThisJob());
+      if (from != nullptr) *from = restart.from;
+    }
+    const std::vector<std::string>& flags = restarted ? restart.flags : chief_flags_;
     argv.insert(argv.end(), flags.begin(), flags.end());
   } else {
     argv.insert(argv.end(), {"--log_level", o_.log_level});

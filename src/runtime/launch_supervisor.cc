@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -173,21 +174,59 @@ int ExitCodeOf(const Child& c) {
   return WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 128 + WTERMSIG(c.status);
 }
 
-std::vector<std::string> RestartedChiefFlags(const std::vector<std::string>& flags,
-                                             const std::string& checkpoint_dir) {
-  const std::vector<std::string> drop = {"--checkpoint_dir", "--restore_from", "--resume",
-                                         "--restarted"};
-  std::vector<std::string> kept;
+namespace {
+
+// `flags` without those named in `drop` (each "--flag value" or "--flag=value", and a bare
+// --restarted); the last --restore_from or --resume dropped, with its value, in `*kept`.
+std::vector<std::string> Without(const std::vector<std::string>& flags,
+                                 const std::vector<std::string>& drop,
+                                 std::pair<std::string, std::string>* kept) {
+  std::vector<std::string> out;
   for (size_t i = 0; i < flags.size(); ++i) {
-    const std::string name = flags[i].substr(0, flags[i].find('='));
+    const size_t eq = flags[i].find('=');
+    const std::string name = flags[i].substr(0, eq);
     if (std::find(drop.begin(), drop.end(), name) == drop.end()) {
-      kept.push_back(flags[i]);
-    } else if (name == flags[i] && name != "--restarted") {
-      ++i;  // "--flag value": its value too
+      out.push_back(flags[i]);
+      continue;
     }
+    if (name == "--restarted") continue;
+    std::string value;
+    if (eq != std::string::npos) {
+      value = flags[i].substr(eq + 1);
+    } else if (i + 1 < flags.size()) {
+      value = flags[++i];  // "--flag value": its value too
+    }
+    if (name == "--restore_from" || name == "--resume") *kept = {name, value};
   }
-  kept.insert(kept.end(), {"--restarted", "--resume", checkpoint_dir});
-  return kept;
+  return out;
+}
+
+}  // namespace
+
+ChiefRestart RestartedChief(const std::vector<std::string>& flags,
+                            const std::string& checkpoint_dir, bool saved_by_this_job) {
+  std::pair<std::string, std::string> restore;  // the user's --restore_from or --resume
+  ChiefRestart r;
+  if (saved_by_this_job) {
+    r.flags =
+        Without(flags, {"--checkpoint_dir", "--restore_from", "--resume", "--restarted"}, &restore);
+    r.flags.insert(r.flags.end(), {"--restarted", "--checkpoint_dir", checkpoint_dir,
+                                   "--restore_from", checkpoint_dir});
+    r.from = checkpoint_dir;
+    return r;
+  }
+  // As the first chief: its own flags (--checkpoint_dir included), --restarted where they ask
+  // for a restore (a chief needs one to count its restart in).
+  r.flags = Without(flags, {"--restarted"}, &restore);
+  Without(flags, {"--restore_from", "--resume"}, &restore);
+  if (restore.first.empty()) {
+    r.from = "scratch, as the first chief did (this job saved no checkpoint yet)";
+    return r;
+  }
+  r.flags.push_back("--restarted");
+  r.from = absl::StrCat(restore.first, " ", restore.second,
+                        ", as the first chief did (this job saved no checkpoint yet)");
+  return r;
 }
 
 }  // namespace pstrain

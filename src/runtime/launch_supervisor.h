@@ -106,10 +106,18 @@ class Supervisor {
   int total_restarts_ = 0;
 };
 
-// The chief's flags for a restart: `flags` without --checkpoint_dir, --restore_from and --resume
-// (and their values), with --restarted and --resume `checkpoint_dir`: it continues from the
-// newest checkpoint there if there is one.
-std::vector<std::string> RestartedChiefFlags(const std::vector<std::string>& flags,
-                                             const std::string& checkpoint_dir);
+// How the launcher restarts a chief that was killed: its flags, and where it starts from (for
+// the launcher's message). The rule (docs/recovery.md): once this job saved a checkpoint in the
+// launcher's checkpoint directory (`saved_by_this_job`), the chief resumes from that directory
+// (--restarted --checkpoint_dir DIR --restore_from DIR: failing, never starting from scratch, if
+// no checkpoint there can be read). Before that it starts as the first chief did, from the
+// user's own --restore_from or --resume (with --restarted), or from scratch if `flags` ask for
+// no restore: it is never pointed at a directory that holds no checkpoint of this job.
+struct ChiefRestart {
+  std::vector<std::string> flags;
+  std::string from;  // DIR, or "--restore_from X, as the first chief did (...)", or "scratch, ..."
+};
+ChiefRestart RestartedChief(const std::vector<std::string>& flags,
+                            const std::string& checkpoint_dir, bool saved_by_this_job);
 
 }  // namespace pstrain

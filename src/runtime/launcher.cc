@@ -30,6 +30,22 @@ void OnSignal(int sig) {
   if (g_signal == 0) g_signal = sig;
   g_signals = g_signals + 1;
 }
+// A closed stdout or stderr (a pipe to a reader that went away) must not end the launcher
+// before it stopped its tasks and removed its files: the write fails instead. A handler, not
+// SIG_IGN, which the tasks would inherit through exec.
+void OnBrokenPipe(int) {}
+
+// From the start of the launch: a stop requested while the tasks are being started is handled
+// once they are, like any other, so the launch still stops them and cleans up.
+void CatchSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  sa.sa_handler = OnBrokenPipe;
+  sigaction(SIGPIPE, &sa, nullptr);
+}
 
 // How long the chief may take to end the job after the launcher asked it to stop.
 constexpr absl::Duration kChiefStopGrace = absl::Seconds(10);
@@ -50,6 +66,7 @@ class Cluster {
       LaunchError("need at least 1 ps and 1 worker");
       return 2;
     }
+    CatchSignals();
     if (!o_.worker_command.empty()) {
       absl::StatusOr<std::string> found = FindCommand(o_.worker_command[0]);
       if (!found.ok()) {
@@ -159,16 +176,12 @@ class Cluster {
     return absl::OkStatus();
   }
 
-  // Forwards the chief's output and watches every child. SIGINT or SIGTERM asks the chief to end
-  // the job (it tells every task); a second one, or a chief that takes too long, stops every
+  // Forwards the chief's output and watches every child. SIGINT, SIGTERM or SIGHUP asks the chief
+  // to end the job (it tells every task); a second one, or a chief that takes too long, stops every
   // process at once. A task that died is restarted (CheckDeaths); one that is not has the chief
   // end the job (see FailedTask). Once the chief has ended it, the worker commands may finish
   // their own work: the launch ends when the last of them exits.
   int Watch() {
-    struct sigaction sa {};
-    sa.sa_handler = OnSignal;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
     const Child& chief = sup_.chief();
     int stop_signal = 0;
     while (true) {
@@ -261,13 +274,13 @@ class Cluster {
       Child& c = sup_.children()[i];
       sup_.CountRestart(i);
       output_.EndProgress();
-      const std::string restart =
-          absl::StrCat("restarting ", c.name, " (", HowItEnded(c), "), restart ", c.restarts,
-                       " of ", sup_.policy().max_restarts,
-                       i == 0 ? absl::StrCat("; it resumes from ", plan_.checkpoint_dir()) : "");
+      std::string from;
+      if (i == 0) c.argv = plan_.ServerArgv("chief", 0, /*restarted=*/true, &from);
+      const std::string restart = absl::StrCat(
+          "restarting ", c.name, " (", HowItEnded(c), "), restart ", c.restarts, " of ",
+          sup_.policy().max_restarts, i == 0 ? absl::StrCat("; it resumes from ", from) : "");
       std::fprintf(stderr, "pstrain launch: %s\n", restart.c_str());
       std::fflush(stderr);
-      if (i == 0) c.argv = plan_.ServerArgv("chief", 0, /*restarted=*/true);
       if (absl::Status s = Spawn(c, restart); !s.ok()) {
         LaunchError(std::string(s.message()));
         failure_ = 1;

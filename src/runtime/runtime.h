@@ -98,15 +98,18 @@ struct LaunchOptions {
   // Restarts: a `pstrain server` task that dies while the job runs (killed by a signal, or a ps
   // or worker that exits with an error before the chief ended the job) is started again with the
   // same command after a short backoff, on the same address, at most `max_restarts` times per
-  // task; the chief with --restarted --resume `checkpoint_dir`. Each restart is printed. A job
+  // task; a killed chief with --restarted, from `checkpoint_dir` once the job saved a checkpoint
+  // there, else from the user's own restore (RestartedChief, docs/recovery.md); a chief that
+  // exited by itself is not restarted. Each restart is printed. A job
   // without `recovery` (no task queue: the chief's --task_rows 0, or --model external) is not
   // restarted: it ends as without restarts.
   bool restart_failed = true;
   int max_restarts = 5;
   bool recovery = true;
   // The chief's checkpoint directory (--checkpoint_dir or --resume), "" if none was given: with
-  // restarts, launch then gives the chief <log_dir>/checkpoints (a temporary directory removed
-  // at the end without logs) and, unless `checkpoint_interval_given`, --checkpoint_every_secs 10.
+  // restarts, launch then gives the chief <log_dir>/checkpoints (without logs, a temporary
+  // directory removed when the launch ends, however it ends but by SIGKILL) and, unless
+  // `checkpoint_interval_given`, --checkpoint_every_secs 10.
   std::string checkpoint_dir;
   bool checkpoint_interval_given = false;
 };
