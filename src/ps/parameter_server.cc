@@ -61,6 +61,12 @@ absl::Status ParameterServerImpl::CheckGeneration(const Sender& s, absl::string_
   if (s.job() == "chief") return absl::OkStatus();
   const uint64_t runs = consistency_.generation();
   if (runs == 0 || s.generation() == runs) return absl::OkStatus();
+  // A sender outside the cluster is denied as such (docs/semantics.md), not told to roll back.
+  if (consistency_.WorkerSlot(s) < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(what, " from ", SenderString(s),
+                                                    " refused by ps:", options_.task,
+                                                    ": not a worker of the job"));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       what, " from ", SenderString(s), " of generation ", s.generation(),
       " refused by ps:", options_.task, ": it runs generation ", runs, " (the job rolled back)"));

@@ -214,7 +214,8 @@ class ParameterServerImpl final : public ParameterServer {
   }
   // FailedPrecondition for a worker (any sender but the chief) whose Sender.generation is not
   // the one the chief configured (once it configured one): "<what> from worker:1 (...) of
-  // generation G refused by ps:N: it runs generation H (the job rolled back)".
+  // generation G refused by ps:N: it runs generation H (the job rolled back)"; PermissionDenied
+  // instead for a sender that is not one of the configured workers (outside the cluster).
   absl::Status CheckGeneration(const Sender& s, absl::string_view what) const;
   // Who sent `req` and how its gradients combine.
   template <typename Req>
