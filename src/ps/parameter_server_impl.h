@@ -243,6 +243,16 @@ class ParameterServerImpl final : public ParameterServer {
                              PushResponse* resp, bool out_of_line = false);
   uint64_t ApplyOne(Variable* var, const Gradient& g, const GradientChunks& grad,
                     const PushContext& ctx, ApplyResult* result);
+  uint64_t ApplyLocked(Variable* var, const Gradient& g, const GradientChunks& grad,
+                       const PushContext& ctx, ApplyResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
+  // Async and ssp: checks every gradient's update (FirstNonFiniteUpdate) and, when none would
+  // make a value non-finite, applies them all, each variable locked throughout (InvalidArgument,
+  // counted in nonfinite_rejected, and nothing applied otherwise). Appends the versions to
+  // `resp` and what was done to `any`.
+  absl::Status ApplyAtOnce(const PushRequest& req, absl::Span<const VariablePtr> vars,
+                           absl::Span<const GradientChunks> grads, const PushContext& ctx,
+                           PushResponse* resp, ApplyResult* any);
   // sync: applies the accumulated step if it has enough gradients; returns whether it did.
   bool MaybeApplyStep(Variable* var) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
   // sync: MaybeApplyStep on every variable, after a worker stopped counting.
@@ -271,9 +281,10 @@ class ParameterServerImpl final : public ParameterServer {
   bool TablesReady(const std::vector<TableSlice>& slices, uint64_t min_version);
   std::string TablesWaitReason(const std::vector<TableSlice>& slices, uint64_t min_version);
   // Applies one validated sparse gradient (async/ssp: at once; sync: into its step's aggregate,
-  // or dropped as stale); returns the table's version after it.
-  uint64_t ApplySparse(const TableSlice& slice, uint64_t read_version, const PushContext& ctx,
-                       ApplyResult* result);
+  // or dropped as stale); returns the table's version after it, or the table's refusal of an
+  // update that would make a row non-finite (EmbeddingTable::Apply: nothing applied).
+  absl::StatusOr<uint64_t> ApplySparse(const TableSlice& slice, uint64_t read_version,
+                                       const PushContext& ctx, ApplyResult* result);
   // sync: applies the table's accumulated step if it has enough gradients; returns whether it
   // did.
   bool MaybeApplyTableStep(Table* table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table->mu);
