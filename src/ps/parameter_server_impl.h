@@ -27,6 +27,7 @@
 #include "ps/consistency.h"
 #include "ps/embedding_table.h"
 #include "ps/gradient_chunks.h"
+#include "ps/memory_release.h"
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
 #include "ps/snapshot.h"
@@ -315,6 +316,10 @@ class ParameterServerImpl final : public ParameterServer {
   DataPlaneResponse data_plane_ ABSL_GUARDED_BY(data_plane_mu_);
   absl::Mutex tables_mu_;
   absl::flat_hash_map<std::string, TablePtr> tables_ ABSL_GUARDED_BY(tables_mu_);
+  // Null unless options_.release_freed_memory; independent of everything above.
+  const std::unique_ptr<MemoryReleaser> releaser_ =
+      options_.release_freed_memory ? std::make_unique<MemoryReleaser>(MemoryReleaser::Options{})
+                                    : nullptr;
 };
 
 }  // namespace pstrain

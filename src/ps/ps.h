@@ -34,6 +34,10 @@ class ParameterServer {
  public:
   struct Options {
     int task = 0;  // this PS's index in the "ps" job, used in messages
+    // Return memory the process freed to the OS once more than 64 MiB of it stays resident
+    // (a refused large request otherwise leaves the RSS at its peak): a thread that looks
+    // every 200 ms and calls malloc_trim (ps/memory_release.h). Each PS object runs its own.
+    bool release_freed_memory = true;
   };
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(const Options& options);
   virtual ~ParameterServer() = default;
