@@ -2,6 +2,8 @@
 // ratio, not an absolute time, is what a change should move. See bench/README.md.
 //
 //   BM_Optimizer/<name>/N     Optimizer::Apply on N floats (CreateOptimizer outside the loop)
+//   BM_OptimizerChecked/<name>/N  the same, each update checked first (FirstNonFiniteUpdate) as
+//                             the PS does before it applies a push
 //   BM_StreamBaseline/N       w[i] += a * g[i] on N floats: the memory traffic of a fused update
 //                             (read w and g, write w), same loop shape and flags
 //   BM_RpcStep/<layout>       PsClient Pull + Push of the MNIST MLP's variables, 2 PS on
@@ -53,7 +55,9 @@ int64_t BytesPerElement(const std::string& name) {
   return static_cast<int64_t>(sizeof(float)) * (3 + 2 * slots);
 }
 
-void BM_Optimizer(benchmark::State& state, const std::string& name) {
+// `checked`: each update is first checked (Optimizer::FirstNonFiniteUpdate), as an async push
+// is on the PS, so BM_OptimizerChecked / BM_Optimizer is what the check costs the apply.
+void RunOptimizer(benchmark::State& state, const std::string& name, bool checked) {
   const int64_t n = state.range(0);
   OptimizerConfig config;
   config.set_name(name);
@@ -67,13 +71,26 @@ void BM_Optimizer(benchmark::State& state, const std::string& name) {
   std::vector<float> w = RandomFloats(n, 0.1f, 1);
   const std::vector<float> g = RandomFloats(n, 1.0f, 2);
   int64_t step = 0;
+  const float* gp = g.data();
   for (auto _ : state) {
-    (*opt)->Apply(w.data(), g.data(), n, step++);
+    if (checked) {
+      const int64_t bad = (*opt)->FirstNonFiniteUpdate(
+          w.data(), [gp, n](Optimizer::ChunkSink fn) { fn(0, gp, n); }, n, step);
+      benchmark::DoNotOptimize(bad);
+    }
+    (*opt)->Apply(w.data(), gp, n, step++);
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(w.data());
   state.SetItemsProcessed(state.iterations() * n);
   state.SetBytesProcessed(state.iterations() * n * BytesPerElement(name));
+}
+
+void BM_Optimizer(benchmark::State& state, const std::string& name) {
+  RunOptimizer(state, name, false);
+}
+void BM_OptimizerChecked(benchmark::State& state, const std::string& name) {
+  RunOptimizer(state, name, true);
 }
 
 // The loop shape of the SGD kernel (src/ps/optimizer_kernels.cc): __restrict pointers and a trip
@@ -119,6 +136,14 @@ BENCHMARK_CAPTURE(BM_Optimizer, rmsprop, std::string("rmsprop"))
     ->UseRealTime()
     ->MinTime(kMinTime);
 BENCHMARK_CAPTURE(BM_Optimizer, ftrl, std::string("ftrl"))
+    ->Arg(kOptimizerElements)
+    ->UseRealTime()
+    ->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_OptimizerChecked, sgd, std::string("sgd"))
+    ->Arg(kOptimizerElements)
+    ->UseRealTime()
+    ->MinTime(kMinTime);
+BENCHMARK_CAPTURE(BM_OptimizerChecked, adam, std::string("adam"))
     ->Arg(kOptimizerElements)
     ->UseRealTime()
     ->MinTime(kMinTime);

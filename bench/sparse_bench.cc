@@ -149,7 +149,7 @@ void BM_SparseLocal(benchmark::State& state) {
   for (auto _ : state) {
     const std::vector<uint64_t>& b = batches[next];
     (*table)->Lookup(b.data(), kBatch, out.data());
-    (*table)->Apply(b.data(), kBatch, grads.data());
+    (void)(*table)->Apply(b.data(), kBatch, grads.data());
     benchmark::DoNotOptimize(out.data());
     next = (next + 1) % batches.size();
   }

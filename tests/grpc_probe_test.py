@@ -374,8 +374,9 @@ def test_chief_checks_senders_and_sizes(cluster):
 
         register("from job \"nobody\"", wire.sender("nobody", 0, 1),
                  SENDER_REFUSALS | {C.INVALID_ARGUMENT})
-        register("of worker 99", wire.sender("worker", 99, 1), {C.INVALID_ARGUMENT, C.NOT_FOUND})
-        register("of worker -1", wire.sender("worker", -1, 1), {C.INVALID_ARGUMENT, C.NOT_FOUND})
+        register("of worker 99", wire.sender("worker", 99, 1), {C.PERMISSION_DENIED})
+        register("of worker -1", wire.sender("worker", -1, 1), {C.PERMISSION_DENIED})
+        register("of ps 1 (of 1)", wire.sender("ps", 1, 1), {C.PERMISSION_DENIED})
         register("of running worker 0 with a new incarnation", forged, REREGISTER_REFUSALS)
         register("of running worker 1 with a new incarnation", wire.sender("worker", 1, 12345),
                  REREGISTER_REFUSALS)
@@ -407,6 +408,54 @@ def test_chief_checks_senders_and_sizes(cluster):
     if c.result is not None and c.result.get("worker_steps") != [0, 1]:
         pytest.fail("forged progress was counted: worker_steps %s, expected [0, 1] (worker 0 "
                     "reported no step, worker 1 one)" % c.result.get("worker_steps"))
+
+
+# --- a task outside the cluster, on every method of the chief and the PS ---------------------------
+
+def test_a_task_outside_the_cluster_is_denied_on_every_method(cluster):
+    """docs/semantics.md: anything not allowed gets PERMISSION_DENIED; worker:5 and worker:-1 of a
+    job of 2 workers are not in the cluster, whatever incarnation they claim."""
+    p, c = Probe(cluster), cluster
+
+    def body():
+        before = ready(c)
+        small = pb("Gradient")(name="probe/small", gradient=tensor([3, 2], floats(*[0.5] * 6)))
+        row = pb("SparseGradient")(table="probe/emb", keys=struct.pack("<Q", TABLE_KEYS[0]),
+                                   rows=floats(0.5, 0.5, 0.5, 0.5))
+        for task in (5, -1):
+            who = wire.sender("worker", task, c.incarnation)
+            master_calls = {
+                "Register": pb("RegisterRequest")(sender=who, address="127.0.0.1:1"),
+                "ReportProgress": pb("ProgressRequest")(sender=who, steps=10**6, error="forged"),
+                "CreateVariable": pb("CreateVariableRequest")(
+                    sender=who, spec=pb("VariableSpec")(name="probe/outsider", shape=[2])),
+                "Barrier": pb("BarrierRequest")(sender=who, name=END_BARRIER),
+                "CreateTable": pb("CreateTableRequest")(sender=who),
+                "NextTask": pb("NextTaskRequest")(sender=who),
+                "TaskDone": pb("TaskDoneRequest")(sender=who),
+                "Heartbeat": pb("HeartbeatRequest")(sender=who),
+            }
+            ps_calls = {
+                "Push": pb("PushRequest")(sender=who, gradients=[small]),
+                "PushSparse": pb("PushSparseRequest")(sender=who, gradients=[row]),
+                "Pull": pb("PullRequest")(sender=who, names=["probe/small"]),
+                "Lookup": pb("LookupRequest")(sender=who, tables=[pb("TableKeys")(
+                    table="probe/emb", keys=struct.pack("<Q", TABLE_KEYS[0]))]),
+                "Leave": pb("LeaveRequest")(sender=who),
+                "Stats": pb("StatsRequest")(sender=who),
+                "DeleteVariables": pb("DeleteVariablesRequest")(sender=who, names=["probe/small"]),
+                "Reset": pb("ResetRequest")(sender=who),
+                "AppliedTasks": pb("AppliedTasksRequest")(sender=who),
+                "Shutdown": pb("ShutdownRequest")(sender=who, reason="probe"),
+            }
+            for peer, calls in ((c.master, master_calls), (c.ps, ps_calls)):
+                for method, req in calls.items():
+                    p.expect("%s from worker:%d" % (method, task),
+                             peer.call(method, req, timeout=10), {C.PERMISSION_DENIED})
+        c.check_stays_alive("the refused Shutdown requests")
+        p.expect_unchanged(before)
+
+    p.run(body)
 
 
 # --- defect 6 on a worker -------------------------------------------------------------------------

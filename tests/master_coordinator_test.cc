@@ -116,8 +116,9 @@ TEST_F(CoordinatorTest, RegisterRefusesBadSenders) {
   EXPECT_EQ(c_.Register(no_sender, &resp).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Register(Task("nobody", 0, 1), &resp).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Register(Task("chief", 0, 1), &resp).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(Register(Task("worker", 2, 1), &resp).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Register(Task("worker", -1, 1), &resp).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Register(Task("worker", 2, 1), &resp).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Register(Task("worker", -1, 1), &resp).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Register(Task("ps", 2, 1), &resp).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Register(Task("worker", 0, 0), &resp).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Register(Task(std::string(kMaxNameBytes + 1, 'w'), 0, 1), &resp).code(),
             absl::StatusCode::kInvalidArgument);
@@ -148,6 +149,49 @@ TEST_F(CoordinatorTest, StaleReportIsRefusedNotCountedAndCannotEndTheJob) {
   // The real worker's report counts.
   EXPECT_TRUE(Report(Task("worker", 0, kIncarnation), false, "", 3).ok());
   EXPECT_EQ(c_.WaitForReport(absl::ZeroDuration())[0].steps, 3);
+}
+
+// docs/semantics.md: a sender the chief does not obey gets PERMISSION_DENIED, and a worker task
+// outside the cluster (worker:5 of 2) is one, on every method a worker calls.
+TEST_F(CoordinatorTest, EveryMethodRefusesAWorkerOutsideTheCluster) {
+  RegisterAll();
+  c_.SetCreateVariable([](const VariableSpec&) { return Placement(); });
+  c_.SetCreateTable([](const TableDef&) { return absl::OkStatus(); });
+  for (int task : {5, 2, -1}) {
+    SCOPED_TRACE(task);
+    const Sender outsider = Task("worker", task, kIncarnation);
+    const auto denied = [](const absl::Status& s) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+      EXPECT_THAT(s.message(), HasSubstr("the cluster has 2 worker task(s)"));
+    };
+    denied(Report(outsider, false));
+    CreateVariableRequest create;
+    *create.mutable_sender() = outsider;
+    CreateVariableResponse created;
+    denied(c_.CreateVariable(create, &created));
+    CreateTableRequest table;
+    *table.mutable_sender() = outsider;
+    denied(c_.CreateTable(table, nullptr));
+    NextTaskRequest next;
+    *next.mutable_sender() = outsider;
+    NextTaskResponse next_resp;
+    denied(c_.NextTask(next, &next_resp));
+    TaskDoneRequest done;
+    *done.mutable_sender() = outsider;
+    denied(c_.TaskDone(done));
+    HeartbeatRequest beat;
+    *beat.mutable_sender() = outsider;
+    HeartbeatResponse beat_resp;
+    denied(c_.Heartbeat(beat, &beat_resp));
+    BarrierRequest barrier;
+    *barrier.mutable_sender() = outsider;
+    barrier.set_name("b");
+    Arrival arrival;
+    c_.Barrier(barrier, arrival.Call());
+    denied(arrival.Wait());
+  }
+  EXPECT_EQ(c_.OpenBarriers(), 0);
+  EXPECT_EQ(c_.WaitForReport(absl::ZeroDuration())[0].steps, 0);
 }
 
 TEST_F(CoordinatorTest, CreateVariableAndBarrierCheckTheSender) {

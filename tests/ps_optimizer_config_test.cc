@@ -41,6 +41,42 @@ TEST(CreateOptimizerTest, RejectsBadLearningRate) {
   ExpectRejected(Config("sgd", -1), "learning_rate -1 must be positive and finite");
 }
 
+// The documented ranges (docs/semantics.md, "Optimizers"): each bound is valid, past it is not,
+// and the message names the field, the value and the bound.
+TEST(CreateOptimizerTest, RejectsHyperParametersOutOfTheirRanges) {
+  ExpectRejected(Config("sgd", 1e300),
+                 "learning_rate 1e+300 must be positive and finite, at most 1e+06");
+  ExpectRejected(Config("adam", 1.5e6), "learning_rate 1.5e+06");
+  EXPECT_TRUE(CreateOptimizer(Config("sgd", 1e6), 1).ok());
+  ExpectRejected(Adam(0.1, 0.9, 0.999, 1.5),
+                 "epsilon 1.5 must be non-negative and finite, at most 1");
+  EXPECT_TRUE(CreateOptimizer(Adam(0.1, 0.9, 0.999, 1.0), 1).ok());
+  struct Case {
+    const char* field;
+    void (OptimizerConfig::*set)(double);
+    double ok, bad;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"l1", &OptimizerConfig::set_l1, 1e6, 2e6,
+       "l1 2e+06 must be non-negative and finite, at most 1e+06"},
+      {"l2", &OptimizerConfig::set_l2, 1e6, 1e300, "l2 1e+300"},
+      {"initial_accumulator_value", &OptimizerConfig::set_initial_accumulator_value, 1e6, 1e7,
+       "initial_accumulator_value 1e+07 must be non-negative and finite, at most 1e+06"},
+      {"clip_norm", &OptimizerConfig::set_clip_norm, 3e38, 1e39, "clip_norm 1e+39"},
+      {"learning_rate_power", &OptimizerConfig::set_learning_rate_power, -10, -10.5,
+       "learning_rate_power -10.5 must be non-positive and finite, at least -10"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    OptimizerConfig o = Config("ftrl", 0.1);
+    (o.*c.set)(c.ok);
+    EXPECT_TRUE(CreateOptimizer(o, 1).ok()) << c.ok;
+    (o.*c.set)(c.bad);
+    ExpectRejected(o, c.message);
+  }
+}
+
 TEST(CreateOptimizerTest, RejectsBetaAndRhoOutsideHalfOpenUnitInterval) {
   for (double x : {1.0, 1.5, -0.1, kNan}) {
     ExpectRejected(Adam(0.1, x, 0.999, 1e-8), "beta1 ");

@@ -6,6 +6,7 @@
 #include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ps_tables_testing.h"
 #include "ps_testing.h"
 
 namespace pstrain {
@@ -119,6 +120,36 @@ TEST(PsRolesTest, OnlyAnnouncedWorkersMayPushPullLeaveOrReadStats) {
   EXPECT_EQ(Read(ps.get(), "w").version, 0u);
   ASSERT_TRUE(Push(ps.get(), Worker(1, 8), "w", 3.0f, 0).ok());
   EXPECT_EQ(Read(ps.get(), "w"), (State{1, -2.0f}));
+}
+
+// A task outside the cluster (worker:5 of 2) is denied on every method a worker calls, also
+// when the job runs a generation the outsider does not name (it is not told to roll back).
+TEST(PsRolesTest, ATaskOutsideTheClusterIsDeniedWhateverItsGeneration) {
+  ConfigureRequest config = Config("async", 2, 0, 0, 10, {Worker(0, 7), Worker(1, 8)});
+  config.set_generation(3);
+  std::unique_ptr<ParameterServer> ps = MakePs(&config);
+  Create(ps.get(), "w", Tensor({4}, 0.0f));
+  ASSERT_TRUE(CreateTables(ps.get(), {TableOf("emb", 2)}).ok());
+  for (uint64_t generation : {0, 3}) {
+    Sender who = Worker(5, 7);
+    who.set_generation(generation);
+    SCOPED_TRACE(who.DebugString());
+    EXPECT_EQ(Push(ps.get(), who, "w", 1.0f, 0).code(), kDenied);
+    EXPECT_EQ(PushSparse(ps.get(), who, {Grad("emb", {1}, {1, 1}, 0)}).code(), kDenied);
+    PullRequest pull;
+    *pull.mutable_sender() = who;
+    pull.add_names("w");
+    PullResponse pulled;
+    EXPECT_EQ(ps->Pull(pull, &pulled).code(), kDenied);
+    LookupResponse looked_up;
+    EXPECT_EQ(ps->Lookup(LookupReq(who, {{"emb", KeyBytes({1})}}), &looked_up).code(), kDenied);
+    EXPECT_EQ(Leave(ps.get(), who, /*pause=*/false).code(), kDenied);
+    StatsRequest stats;
+    *stats.mutable_sender() = who;
+    StatsResponse st;
+    EXPECT_EQ(ps->Stats(stats, &st).code(), kDenied);
+  }
+  EXPECT_EQ(Read(ps.get(), "w").version, 0u);
 }
 
 TEST(PsRolesTest, AWorkerThatLeftMayNotPushAgain) {

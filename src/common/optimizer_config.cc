@@ -17,7 +17,8 @@ bool IsKnownOptimizer(const std::string& name) {
 }
 
 bool InUnitInterval(double x) { return x >= 0.0 && x < 1.0; }  // [0, 1)
-bool NonNegativeFinite(double x) { return std::isfinite(x) && x >= 0.0; }
+// [0, max]: also false for NaN and infinities.
+bool NonNegativeUpTo(double x, double max) { return x >= 0.0 && x <= max; }
 
 absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
@@ -67,8 +68,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& o, const FieldName& 
     return Bad(name("name"), " \"", o.name().substr(0, 64),
                "\" is not a known optimizer (known: ", kKnownOptimizers, ")");
   }
-  if (!(std::isfinite(o.learning_rate()) && o.learning_rate() > 0.0)) {
-    return Bad(name("learning_rate"), " ", o.learning_rate(), " must be positive and finite");
+  if (!(o.learning_rate() > 0.0 && o.learning_rate() <= kMaxLearningRate)) {
+    return Bad(name("learning_rate"), " ", o.learning_rate(),
+               " must be positive and finite, at most ", kMaxLearningRate);
   }
   const std::pair<bool, std::pair<const char*, double>> unit[] = {
       {o.has_beta1(), {"beta1", o.beta1()}},
@@ -84,22 +86,27 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& o, const FieldName& 
   if (o.nesterov() && o.momentum() == 0.0) {
     return Bad(name("nesterov"), " requires ", name("momentum"), " > 0");
   }
-  const std::pair<bool, std::pair<const char*, double>> non_negative[] = {
-      {o.has_epsilon(), {"epsilon", o.epsilon()}},
-      {true, {"l1", o.l1()}},
-      {true, {"l2", o.l2()}},
-      {true, {"initial_accumulator_value", o.initial_accumulator_value()}},
-      {true, {"clip_norm", o.clip_norm()}},
+  struct Bounded {
+    bool set;
+    const char* field;
+    double value, max;
   };
-  for (const auto& [set, field] : non_negative) {
-    if (set && !NonNegativeFinite(field.second)) {
-      return Bad(name(field.first), " ", field.second, " must be non-negative and finite");
+  const Bounded non_negative[] = {
+      {o.has_epsilon(), "epsilon", o.epsilon(), kMaxEpsilon},
+      {true, "l1", o.l1(), kMaxRegularization},
+      {true, "l2", o.l2(), kMaxRegularization},
+      {true, "initial_accumulator_value", o.initial_accumulator_value(), kMaxInitialAccumulator},
+      {true, "clip_norm", o.clip_norm(), kMaxClipNorm},
+  };
+  for (const Bounded& b : non_negative) {
+    if (b.set && !NonNegativeUpTo(b.value, b.max)) {
+      return Bad(name(b.field), " ", b.value, " must be non-negative and finite, at most ", b.max);
     }
   }
   if (o.has_learning_rate_power() &&
-      !(std::isfinite(o.learning_rate_power()) && o.learning_rate_power() <= 0.0)) {
+      !(o.learning_rate_power() <= 0.0 && o.learning_rate_power() >= kMinLearningRatePower)) {
     return Bad(name("learning_rate_power"), " ", o.learning_rate_power(),
-               " must be non-positive and finite");
+               " must be non-positive and finite, at least ", kMinLearningRatePower);
   }
   return ValidateSchedule(o, name, total_steps_filled_later);
 }

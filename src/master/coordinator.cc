@@ -66,10 +66,12 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
         absl::StrCat("register from job \"", s.job(), "\": only ps and worker tasks register"));
   }
   const std::string task = TaskName(s.job(), s.task());
+  // A task outside the cluster is a sender the chief does not obey (docs/semantics.md, "Who
+  // may call what"), like a job that does not register: PERMISSION_DENIED, not a bad argument.
   if (s.task() < 0 || s.task() >= static_cast<int>(table->size())) {
-    return absl::InvalidArgumentError(absl::StrCat("register from unknown task ", task,
-                                                   ": the cluster has ", table->size(), " ",
-                                                   s.job(), " task(s)"));
+    return absl::PermissionDeniedError(absl::StrCat("register from unknown task ", task,
+                                                    ": the cluster has ", table->size(), " ",
+                                                    s.job(), " task(s)"));
   }
   if (s.incarnation() == 0) {
     return absl::InvalidArgumentError(
@@ -117,7 +119,7 @@ absl::Status Coordinator::CheckWorkerTask(const Sender& s, const std::string& wh
         absl::StrCat(what, " from ", task, ": only workers may call it"));
   }
   if (s.task() < 0 || s.task() >= num_workers_) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return absl::PermissionDeniedError(absl::StrCat(
         what, " from unknown task ", task, ": the cluster has ", num_workers_, " worker task(s)"));
   }
   return absl::OkStatus();

@@ -206,7 +206,7 @@ class Coordinator {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void SweepLoop();
   std::vector<WorkerProgress> ProgressLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // OK unless `s` is not a worker (PermissionDenied) or an unknown worker task (InvalidArgument).
+  // OK unless `s` is not a worker or a worker task outside the cluster (both PermissionDenied).
   absl::Status CheckWorkerTask(const Sender& s, const std::string& what) const;
   // OK before the first generation or for a sender of the current one; `what` names the call.
   absl::Status CheckGeneration(const Sender& s, const std::string& what) const

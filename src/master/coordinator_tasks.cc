@@ -55,6 +55,8 @@ absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse*
   if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "NextTask"); !s.ok()) {
     return s;
   }
+  // A sender outside the cluster is refused as such, whether or not the job has a task queue.
+  if (absl::Status s = CheckWorkerTask(req.sender(), "NextTask"); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!ledger_) return NoTaskQueue(req.sender(), "NextTask");
   if (absl::Status s = CheckWorker(req.sender(), "NextTask"); !s.ok()) return s;
@@ -88,6 +90,8 @@ absl::Status Coordinator::TaskDone(const TaskDoneRequest& req) {
   if (absl::Status s = CheckSenderPresent(req.has_sender(), req.sender(), "TaskDone"); !s.ok()) {
     return s;
   }
+  // A sender outside the cluster is refused as such, whether or not the job has a task queue.
+  if (absl::Status s = CheckWorkerTask(req.sender(), "TaskDone"); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!ledger_) return NoTaskQueue(req.sender(), "TaskDone");
   if (absl::Status s = CheckWorker(req.sender(), "TaskDone"); !s.ok()) return s;

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -137,8 +138,14 @@ class Table final : public EmbeddingTable {
     return absl::OkStatus();
   }
 
-  uint64_t Apply(const uint64_t* keys, int64_t n, const float* grads) override {
+  absl::Status CheckUpdate(const uint64_t* keys, int64_t n, const float* grads) const override {
+    absl::ReaderMutexLock lock(&mu_);
+    return CheckLocked(keys, n, grads);
+  }
+
+  absl::StatusOr<uint64_t> Apply(const uint64_t* keys, int64_t n, const float* grads) override {
     absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckLocked(keys, n, grads); !s.ok()) return s;
     return ApplyLocked(keys, n, grads);
   }
 
@@ -157,14 +164,17 @@ class Table final : public EmbeddingTable {
     }
   }
 
-  uint64_t ApplyAccumulated(int contributors) override {
+  uint64_t ApplyAccumulated(int contributors, bool* refused) override {
     absl::MutexLock lock(&mu_);
     if (contributors > 1) {
       const float c = static_cast<float>(contributors);
       for (float& x : acc_grads_) x /= c;
     }
-    const uint64_t version =
-        ApplyLocked(acc_keys_.data(), static_cast<int64_t>(acc_keys_.size()), acc_grads_.data());
+    const int64_t n = static_cast<int64_t>(acc_keys_.size());
+    const bool finite = CheckLocked(acc_keys_.data(), n, acc_grads_.data()).ok();
+    if (refused != nullptr) *refused = !finite;
+    const uint64_t version = finite ? ApplyLocked(acc_keys_.data(), n, acc_grads_.data())
+                                    : ++version_;  // the step counts, without its update
     const size_t keys = acc_keys_.size();
     acc_keys_.clear();
     acc_grads_.clear();
@@ -366,24 +376,57 @@ class Table final : public EmbeddingTable {
     return slot;
   }
 
-  uint64_t ApplyLocked(const uint64_t* keys, int64_t n, const float* grads)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // The learning rate of the next update and the clipping scale of its n gradient rows:
+  // clip_norm / max(norm, clip_norm) over the whole push (1 when not clipping).
+  std::pair<double, float> RateAndScale(int64_t n, const float* grads) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     const OptimizerConfig& o = def_.optimizer();
-    const double lr = ScheduledLearningRate(o, static_cast<int64_t>(version_));
     float gs = 1.0f;
-    if (o.clip_norm() > 0.0) {  // clip_norm / max(norm, clip_norm) over the whole push
+    if (o.clip_norm() > 0.0) {
       double sum_sq = 0.0;
       for (int64_t i = 0; i < n * dim_; ++i) sum_sq += static_cast<double>(grads[i]) * grads[i];
       if (const double norm = std::sqrt(sum_sq); norm > o.clip_norm()) {
         gs = static_cast<float>(o.clip_norm() / norm);
       }
     }
+    return {ScheduledLearningRate(o, static_cast<int64_t>(version_)), gs};
+  }
+
+  // CheckUpdate under the lock: the update of every row computed, nothing written. (Keys of one
+  // push are distinct, so each row's check sees the state its update starts from.)
+  absl::Status CheckLocked(const uint64_t* keys, int64_t n, const float* grads) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    const auto [lr, gs] = RateAndScale(n, grads);
+    int64_t bad = -1;
+    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, false,
+               [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+                 if (slot == RowStore::kNil) return true;
+                 const uint32_t t = rule_ == Rule::kAdam ? rows_.step_count(slot) + 1 : 0;
+                 // UpdateRow without `write` only reads the row.
+                 float* row = const_cast<float*>(rows_.floats(slot));
+                 if (UpdateRow(row, t, grads + i * dim_, gs, lr, /*write=*/false)) return true;
+                 bad = i;
+                 return false;
+               });
+    if (bad < 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("table ", Quoted(def_.name()), ": the update of key ", keys[bad], "'s row by ",
+                     def_.optimizer().name(),
+                     " would make its value or an optimizer slot non-finite at version ", version_,
+                     "; nothing of the push was applied"));
+  }
+
+  uint64_t ApplyLocked(const uint64_t* keys, int64_t n, const float* grads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto [lr, gs] = RateAndScale(n, grads);
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
     ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, evicts_,
                [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                  if (slot == RowStore::kNil) return true;
-                 UpdateRow(slot, grads + i * dim_, gs, lr);
+                 // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
+                 const uint32_t t = rule_ == Rule::kAdam ? ++rows_.step_count(slot) : 0;
+                 UpdateRow(rows_.floats(slot), t, grads + i * dim_, gs, lr, /*write=*/true);
                  rows_.Touch(slot, step);
                  ++applied;
                  return true;
@@ -401,31 +444,27 @@ class Table final : public EmbeddingTable {
     return version_;
   }
 
-  void UpdateRow(uint32_t slot, const float* g, float gs, double lr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    float* w = rows_.floats(slot);
+  // The update of one row `w` (its weights, then its slots), Adam at the row's step count t:
+  // written (returns true) or, without `write`, only checked (the kernels' check: nothing
+  // written, true if every new value would be finite).
+  bool UpdateRow(float* w, uint32_t t, const float* g, float gs, double lr, bool write) const {
     const float neg_lr = static_cast<float>(-lr);
     switch (rule_) {
       case Rule::kSgd:
-        SgdKernel(w, g, dim_, gs, neg_lr);
-        return;
+        return SgdKernel(w, g, dim_, gs, neg_lr, write);
       case Rule::kAdagrad:
-        AdagradKernel(w, g, w + dim_, dim_, gs, static_cast<float>(eps_), neg_lr);
-        return;
+        return AdagradKernel(w, g, w + dim_, dim_, gs, static_cast<float>(eps_), neg_lr, write);
       case Rule::kAdam: {
-        // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
-        const uint32_t t = ++rows_.step_count(slot);
         const BiasCorrection bc = t < bias_.size() ? bias_[t] : Bias(t);
-        AdamKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, static_cast<float>(1.0 - beta1_),
-                   static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_), bc.bc2_sqrt,
-                   static_cast<float>(eps_), static_cast<float>(-lr / bc.bc1));
-        return;
+        return AdamKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, static_cast<float>(1.0 - beta1_),
+                          static_cast<float>(beta2_), static_cast<float>(1.0 - beta2_), bc.bc2_sqrt,
+                          static_cast<float>(eps_), static_cast<float>(-lr / bc.bc1), write);
       }
       case Rule::kFtrl:
-        FtrlKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, lr, def_.optimizer().l1(),
-                   def_.optimizer().l2(), power_);
-        return;
+        return FtrlKernel(w, g, w + dim_, w + 2 * dim_, dim_, gs, lr, def_.optimizer().l1(),
+                          def_.optimizer().l2(), power_, write);
     }
+    return true;
   }
 
   int64_t BytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {

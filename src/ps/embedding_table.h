@@ -64,19 +64,26 @@ class EmbeddingTable {
   // and its gradient is then dropped and counted as filtered). Changes nothing.
   virtual absl::Status CheckPush(const uint64_t* keys, int64_t n) const = 0;
 
+  // OK if Apply(keys, n, grads) now would leave every weight and optimizer slot of the rows
+  // finite; else InvalidArgument "table 't': the update of key K ... non-finite" (finite
+  // gradients can overflow a row: two steps of 3.4e38 with lr 1). Changes nothing.
+  virtual absl::Status CheckUpdate(const uint64_t* keys, int64_t n, const float* grads) const = 0;
+
   // One update: applies the n gradient rows (finite, checked by the caller) to the rows of
   // `keys` with the optimizer at step version(), then version() += 1. Gradients for keys
   // without a row are dropped and counted. Rows not updated for evict_after_steps steps are
-  // evicted afterwards. Returns the version after the update.
-  virtual uint64_t Apply(const uint64_t* keys, int64_t n, const float* grads) = 0;
+  // evicted afterwards. Returns the version after the update, or CheckUpdate's error, checked
+  // under the same lock as the update, with nothing applied.
+  virtual absl::StatusOr<uint64_t> Apply(const uint64_t* keys, int64_t n, const float* grads) = 0;
 
   // Sync mode: adds the rows to the accumulator of the current step (summing rows of a key
   // pushed by several workers) ...
   virtual void Accumulate(const uint64_t* keys, int64_t n, const float* grads) = 0;
   // ... and applies its sum divided by `contributors` (> 0) as one update, as Apply does, then
-  // empties it. A step whose accumulator is empty still counts: version() += 1. Returns the
-  // version after the update.
-  virtual uint64_t ApplyAccumulated(int contributors) = 0;
+  // empties it. A step whose accumulator is empty still counts: version() += 1, and so does a
+  // step whose update CheckUpdate refuses: it is dropped, nothing applied, and *refused (when
+  // given) set. Returns the version after the update.
+  virtual uint64_t ApplyAccumulated(int contributors, bool* refused = nullptr) = 0;
 
   // Number of updates applied: the table's global step.
   virtual uint64_t version() const = 0;

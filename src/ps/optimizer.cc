@@ -52,9 +52,7 @@ void ScheduledOptimizer::Apply(float* weights, const float* grad, int64_t n, int
       weights, [grad, n](ChunkSink fn) { fn(0, grad, n); }, n, step);
 }
 
-void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) {
-  assert(n == n_);
-  (void)n;
+std::pair<double, float> ScheduledOptimizer::RateAndScale(Chunks grad, int64_t step) const {
   float grad_scale = 1.0f;
   if (const double clip = config_.clip_norm(); clip > 0.0) {
     // One running sum in element order, whatever the chunks: the norm of the whole gradient.
@@ -67,11 +65,38 @@ void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int
       grad_scale = static_cast<float>(clip / norm);
     }
   }
-  const double lr = ScheduledLearningRate(config_, step);
+  return {ScheduledLearningRate(config_, step), grad_scale};
+}
+
+void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) {
+  assert(n == n_);
+  (void)n;
+  const auto [lr, grad_scale] = RateAndScale(grad, step);
   BeginUpdate();
   grad([&](int64_t begin, const float* g, int64_t count) {
-    Update(weights + begin, g, begin, count, lr, grad_scale);
+    Update(weights + begin, g, begin, count, lr, grad_scale, /*write=*/true);
   });
+}
+
+int64_t ScheduledOptimizer::FirstNonFiniteUpdate(const float* weights, Chunks grad, int64_t n,
+                                                 int64_t step) {
+  assert(n == n_);
+  (void)n;
+  const auto [lr, grad_scale] = RateAndScale(grad, step);
+  // Update without `write` only reads through its weights pointer.
+  float* w = const_cast<float*>(weights);
+  int64_t bad = -1;
+  grad([&](int64_t begin, const float* g, int64_t count) {
+    if (bad >= 0 || Update(w + begin, g, begin, count, lr, grad_scale, /*write=*/false)) return;
+    // The chunk has a bad element: find it one element at a time (a refused push only).
+    for (int64_t i = 0; i < count; ++i) {
+      if (!Update(w + begin + i, g + i, begin + i, 1, lr, grad_scale, /*write=*/false)) {
+        bad = begin + i;
+        return;
+      }
+    }
+  });
+  return bad;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,

@@ -63,6 +63,13 @@ class Optimizer {
   using ChunkSink = absl::FunctionRef<void(int64_t begin, const float* values, int64_t count)>;
   using Chunks = absl::FunctionRef<void(ChunkSink)>;
   virtual void ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) = 0;
+  // The check before an apply: the index of the first element whose weight or slot the update
+  // ApplyChunks(weights, grad, n, step) would make non-finite (an overflow from finite inputs,
+  // e.g. two steps of 3.4e38 with lr 1), or -1 when every value stays finite. Computes what
+  // ApplyChunks would write, with the same expressions, and changes nothing; `grad` is called as
+  // ApplyChunks calls it.
+  virtual int64_t FirstNonFiniteUpdate(const float* weights, Chunks grad, int64_t n,
+                                       int64_t step) = 0;
   // The config's name: "sgd", "momentum", "adagrad", "adam", "rmsprop" or "ftrl".
   virtual std::string_view name() const = 0;
   // For tests and debugging: the per-element state, each slot `n` floats, named as torch names
@@ -115,6 +122,7 @@ class ScheduledOptimizer : public Optimizer {
  public:
   void Apply(float* weights, const float* grad, int64_t n, int64_t step) final;
   void ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) final;
+  int64_t FirstNonFiniteUpdate(const float* weights, Chunks grad, int64_t n, int64_t step) final;
   std::string_view name() const final { return config_.name(); }
   const OptimizerConfig& config() const final { return config_; }
   int64_t num_elements() const { return n_; }
@@ -125,14 +133,20 @@ class ScheduledOptimizer : public Optimizer {
   virtual void BeginUpdate() {}
   // The update of elements [begin, begin + count) with learning rate `lr` from the gradient
   // grad[i] * grad_scale (computed in float, as torch's in-place clipping does); `weights` and
-  // `grad` point at element `begin`, the slots are indexed from it.
-  virtual void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-                      float grad_scale) = 0;
+  // `grad` point at element `begin`, the slots are indexed from it. With `write` it updates and
+  // returns true; without, it is the check of the next update (before its BeginUpdate): it
+  // writes nothing, not even through `weights`, and returns whether every new weight and slot
+  // value would be finite.
+  virtual bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+                      float grad_scale, bool write) = 0;
   static std::unique_ptr<float[]> Slot(int64_t n, float initial_value);
 
   const int64_t n_;
 
  private:
+  // The learning rate at `step` and the clipping scale of `grad` (1 when not clipping).
+  std::pair<double, float> RateAndScale(Chunks grad, int64_t step) const;
+
   const OptimizerConfig config_;
 };
 
@@ -143,8 +157,8 @@ class SgdOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override { return {}; }
 
  private:
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
 };
 
 class MomentumOptimizer final : public ScheduledOptimizer {
@@ -154,8 +168,8 @@ class MomentumOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
   const double momentum_;
   const bool nesterov_;
   std::unique_ptr<float[]> buf_;  // null when momentum_ is 0; zero before the first update
@@ -168,8 +182,8 @@ class AdagradOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
   const double eps_;
   std::unique_ptr<float[]> sum_;
 };
@@ -185,8 +199,8 @@ class AdamOptimizer final : public ScheduledOptimizer {
 
  private:
   void BeginUpdate() override { ++t_; }
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
   const double beta1_, beta2_, eps_;
   std::unique_ptr<float[]> m_, v_;  // first and second moments, zero-initialised
   int64_t t_ = 0;
@@ -199,8 +213,8 @@ class RmsPropOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
   const double rho_, eps_, momentum_;
   std::unique_ptr<float[]> square_avg_, buf_;  // buf_ null when momentum_ is 0
 };
@@ -212,8 +226,8 @@ class FtrlOptimizer final : public ScheduledOptimizer {
   std::vector<std::pair<std::string, const float*>> slots() const override;
 
  private:
-  void Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
-              float grad_scale) override;
+  bool Update(float* weights, const float* grad, int64_t begin, int64_t count, double lr,
+              float grad_scale, bool write) override;
   const double l1_, l2_, power_;
   std::unique_ptr<float[]> n_acc_, z_;  // accumulator n and linear term z
 };

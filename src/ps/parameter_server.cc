@@ -8,7 +8,9 @@
 // create), then a map's lock (mu_ or tables_mu_) or Consistency's lock, then one variable's lock
 // or one table's step lock (Table::mu), then the EmbeddingTable's own locks (leaves, taken inside
 // its methods). A map's lock is never held while another is taken, a request holds one variable's
-// or table's lock at a time, and chief_mu_ is a leaf. No lock is held across a wait: a pull or
+// or table's lock at a time (except an async or ssp push, which holds the locks of all its
+// variables at once, taken in address order: ApplyAtOnce in ps_data_path.cc), and chief_mu_ is a
+// leaf. No lock is held across a wait: a pull or
 // lookup that waits is queued in Consistency and served, outside every lock, by the call that
 // made it ready. A shard's task watermarks are guarded by its variable's lock and a table's by
 // Table::mu, which a sparse push takes in sync mode and, when tagged, in every mode: a watermark
@@ -61,6 +63,12 @@ absl::Status ParameterServerImpl::CheckGeneration(const Sender& s, absl::string_
   if (s.job() == "chief") return absl::OkStatus();
   const uint64_t runs = consistency_.generation();
   if (runs == 0 || s.generation() == runs) return absl::OkStatus();
+  // A sender outside the cluster is denied as such (docs/semantics.md), not told to roll back.
+  if (consistency_.WorkerSlot(s) < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(what, " from ", SenderString(s),
+                                                    " refused by ps:", options_.task,
+                                                    ": not a worker of the job"));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       what, " from ", SenderString(s), " of generation ", s.generation(),
       " refused by ps:", options_.task, ": it runs generation ", runs, " (the job rolled back)"));

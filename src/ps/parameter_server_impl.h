@@ -27,6 +27,7 @@
 #include "ps/consistency.h"
 #include "ps/embedding_table.h"
 #include "ps/gradient_chunks.h"
+#include "ps/memory_release.h"
 #include "ps/ps.h"
 #include "ps/ps_internal.h"
 #include "ps/snapshot.h"
@@ -214,7 +215,8 @@ class ParameterServerImpl final : public ParameterServer {
   }
   // FailedPrecondition for a worker (any sender but the chief) whose Sender.generation is not
   // the one the chief configured (once it configured one): "<what> from worker:1 (...) of
-  // generation G refused by ps:N: it runs generation H (the job rolled back)".
+  // generation G refused by ps:N: it runs generation H (the job rolled back)"; PermissionDenied
+  // instead for a sender that is not one of the configured workers (outside the cluster).
   absl::Status CheckGeneration(const Sender& s, absl::string_view what) const;
   // Who sent `req` and how its gradients combine.
   template <typename Req>
@@ -242,6 +244,16 @@ class ParameterServerImpl final : public ParameterServer {
                              PushResponse* resp, bool out_of_line = false);
   uint64_t ApplyOne(Variable* var, const Gradient& g, const GradientChunks& grad,
                     const PushContext& ctx, ApplyResult* result);
+  uint64_t ApplyLocked(Variable* var, const Gradient& g, const GradientChunks& grad,
+                       const PushContext& ctx, ApplyResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
+  // Async and ssp: checks every gradient's update (FirstNonFiniteUpdate) and, when none would
+  // make a value non-finite, applies them all, each variable locked throughout (InvalidArgument,
+  // counted in nonfinite_rejected, and nothing applied otherwise). Appends the versions to
+  // `resp` and what was done to `any`.
+  absl::Status ApplyAtOnce(const PushRequest& req, absl::Span<const VariablePtr> vars,
+                           absl::Span<const GradientChunks> grads, const PushContext& ctx,
+                           PushResponse* resp, ApplyResult* any);
   // sync: applies the accumulated step if it has enough gradients; returns whether it did.
   bool MaybeApplyStep(Variable* var) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu);
   // sync: MaybeApplyStep on every variable, after a worker stopped counting.
@@ -270,9 +282,10 @@ class ParameterServerImpl final : public ParameterServer {
   bool TablesReady(const std::vector<TableSlice>& slices, uint64_t min_version);
   std::string TablesWaitReason(const std::vector<TableSlice>& slices, uint64_t min_version);
   // Applies one validated sparse gradient (async/ssp: at once; sync: into its step's aggregate,
-  // or dropped as stale); returns the table's version after it.
-  uint64_t ApplySparse(const TableSlice& slice, uint64_t read_version, const PushContext& ctx,
-                       ApplyResult* result);
+  // or dropped as stale); returns the table's version after it, or the table's refusal of an
+  // update that would make a row non-finite (EmbeddingTable::Apply: nothing applied).
+  absl::StatusOr<uint64_t> ApplySparse(const TableSlice& slice, uint64_t read_version,
+                                       const PushContext& ctx, ApplyResult* result);
   // sync: applies the table's accumulated step if it has enough gradients; returns whether it
   // did.
   bool MaybeApplyTableStep(Table* table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table->mu);
@@ -303,6 +316,10 @@ class ParameterServerImpl final : public ParameterServer {
   DataPlaneResponse data_plane_ ABSL_GUARDED_BY(data_plane_mu_);
   absl::Mutex tables_mu_;
   absl::flat_hash_map<std::string, TablePtr> tables_ ABSL_GUARDED_BY(tables_mu_);
+  // Null unless options_.release_freed_memory; independent of everything above.
+  const std::unique_ptr<MemoryReleaser> releaser_ =
+      options_.release_freed_memory ? std::make_unique<MemoryReleaser>(MemoryReleaser::Options{})
+                                    : nullptr;
 };
 
 }  // namespace pstrain

@@ -34,6 +34,10 @@ class ParameterServer {
  public:
   struct Options {
     int task = 0;  // this PS's index in the "ps" job, used in messages
+    // Return memory the process freed to the OS once more than 64 MiB of it stays resident
+    // (a refused large request otherwise leaves the RSS at its peak): a thread that looks
+    // every 200 ms and calls malloc_trim (ps/memory_release.h). Each PS object runs its own.
+    bool release_freed_memory = true;
   };
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(const Options& options);
   virtual ~ParameterServer() = default;
@@ -98,9 +102,13 @@ class ParameterServer {
   // as stale commits its watermark at once). Rejects the whole
   // push (NotFound / InvalidArgument / PermissionDenied / FailedPrecondition) for an unknown
   // variable, no gradient, a shape mismatch, a non-finite value (counted), a repeated name, a
-  // read_version newer than the variable, a worker the chief did not announce, or one that left.
+  // read_version newer than the variable, a worker the chief did not announce, or one that left;
+  // in async and ssp mode also (InvalidArgument, counted as a non-finite value) when the update
+  // of any gradient would make a value or an optimizer slot non-finite: every update of the
+  // push is computed first without writing, under all its variables' locks, then applied.
   // In sync mode a gradient is accumulated for the step it was read at; the step applies the
-  // average of its gradients once it has min(replicas_to_aggregate, counting workers) of them. A
+  // average of its gradients once it has min(replicas_to_aggregate, counting workers) of them
+  // (a step whose update would make a value or slot non-finite is counted and not applied). A
   // gradient for an older step is dropped and counted (resp->stale_dropped), not an error. A
   // push from a paused worker makes it count again.
   // With `out_of_line` (the data plane), gradient i's bytes are out_of_line[i] and its
@@ -145,7 +153,8 @@ class ParameterServer {
   // update of that table, which bumps its version; a tagged push is checked against each table's
   // watermarks as Push checks variables'. Rejects the whole push, changing no row, as
   // Push does (unknown table, repeated table, worker not announced or left, non-finite value,
-  // counted in nonfinite_rejected) and for keys that are not whole uint64s, more than
+  // counted in nonfinite_rejected; async and ssp: also an update that would make a row
+  // non-finite, EmbeddingTable::CheckUpdate) and for keys that are not whole uint64s, more than
   // kMaxKeysPerRequest keys, a key repeated within one table, rows that are not keys x dim
   // floats, a read_version newer than the table, or a key that was never looked up
   // (EmbeddingTable::CheckPush). A gradient with no keys is an update like any other: in async

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -20,6 +21,7 @@
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "ps/parameter_server_impl.h"
+#include "spdlog/spdlog.h"
 #include "transport/buffer_pool.h"
 
 namespace pstrain {
@@ -272,8 +274,14 @@ absl::Status ParameterServerImpl::PushGradients(
     grads[i] = chunks;
   }
 
-  consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
   ApplyResult any;
+  if (ctx.mode != Mode::kSync) {
+    if (absl::Status s = ApplyAtOnce(req, vars, grads, ctx, resp, &any); !s.ok()) return s;
+    consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
+    CountPush(req.sender(), any);
+    return absl::OkStatus();
+  }
+  consistency_.Rejoin(req.sender());  // before the push counts towards its steps
   for (int i = 0; i < n; ++i) {
     ApplyResult r;
     resp->add_versions(ApplyOne(vars[i].get(), req.gradients(i), grads[i], ctx, &r));
@@ -281,6 +289,50 @@ absl::Status ParameterServerImpl::PushGradients(
     any.Add(r);
   }
   CountPush(req.sender(), any);
+  return absl::OkStatus();
+}
+
+// Async and ssp apply a push at once, so the whole push is checked before any of it is written:
+// an update that would make a weight or an optimizer slot non-finite (finite gradients can
+// overflow them, e.g. two steps of 3.4e38 with lr 1) refuses the push as a non-finite gradient
+// does. Every variable of the request stays locked from its check to its update, so no other push
+// changes what was checked. Locks are taken in address order (names are distinct, so variables
+// are): the only place holding more than one variable's lock, it cannot deadlock with itself, and
+// every other holder takes one at a time.
+absl::Status ParameterServerImpl::ApplyAtOnce(const PushRequest& req,
+                                              absl::Span<const VariablePtr> vars,
+                                              absl::Span<const GradientChunks> grads,
+                                              const PushContext& ctx, PushResponse* resp,
+                                              ApplyResult* any) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<absl::Mutex*> locks;
+  locks.reserve(vars.size());
+  for (const VariablePtr& var : vars) locks.push_back(&var->mu);
+  std::sort(locks.begin(), locks.end());
+  for (absl::Mutex* mu : locks) mu->Lock();
+  absl::Cleanup unlock = [&locks] {
+    for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();
+  };
+  for (size_t i = 0; i < vars.size(); ++i) {
+    Variable* var = vars[i].get();
+    if (ctx.tag != nullptr && var->applied.IsDuplicate(*ctx.tag)) continue;  // not applied
+    const GradientChunks& grad = grads[i];
+    const int64_t at = var->optimizer->FirstNonFiniteUpdate(
+        var->values->data(), [&grad](Optimizer::ChunkSink fn) { grad.ForEach(fn); },
+        static_cast<int64_t>(var->values->size()), static_cast<int64_t>(var->version));
+    if (at >= 0) {
+      consistency_.counters.nonfinite_rejected++;
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for variable ", Quoted(req.gradients(i).name()), " would make ",
+                       std::string(var->optimizer->name()), "'s update of element ", at,
+                       " (its value or an optimizer slot) non-finite at version ", var->version,
+                       " on ", Where(), "; nothing of the push was applied"));
+    }
+  }
+  for (size_t i = 0; i < vars.size(); ++i) {
+    ApplyResult r;
+    resp->add_versions(ApplyLocked(vars[i].get(), req.gradients(i), grads[i], ctx, &r));
+    any->Add(r);
+  }
   return absl::OkStatus();
 }
 
@@ -296,6 +348,12 @@ void ParameterServerImpl::CountPush(const Sender& sender, const ApplyResult& any
 uint64_t ParameterServerImpl::ApplyOne(Variable* var, const Gradient& g, const GradientChunks& grad,
                                        const PushContext& ctx, ApplyResult* result) {
   absl::MutexLock lock(&var->mu);
+  return ApplyLocked(var, g, grad, ctx, result);
+}
+
+uint64_t ParameterServerImpl::ApplyLocked(Variable* var, const Gradient& g,
+                                          const GradientChunks& grad, const PushContext& ctx,
+                                          ApplyResult* result) {
   const int64_t n = static_cast<int64_t>(var->values->size());
   const bool duplicate = ctx.tag != nullptr && var->applied.IsDuplicate(*ctx.tag);
   if (ctx.mode != Mode::kSync) {
@@ -356,9 +414,23 @@ bool ParameterServerImpl::MaybeApplyStep(Variable* var) {
     float* acc = var->accum.data();
     const float scale = 1.0f / static_cast<float>(var->added);
     for (int64_t j = 0; j < n; ++j) acc[j] *= scale;
-    var->optimizer->Apply(var->MutableValues(), acc, n, static_cast<int64_t>(var->version));
+    // The step's pushes were accepted one by one; an average whose update would make a value
+    // or a slot non-finite (an overflowing sum included) is not applied: the step advances
+    // without an update, and is counted as refused.
+    const int64_t at = var->optimizer->FirstNonFiniteUpdate(
+        var->values->data(), [acc, n](Optimizer::ChunkSink fn) { fn(0, acc, n); }, n,
+        static_cast<int64_t>(var->version));
+    if (at < 0) {
+      var->optimizer->Apply(var->MutableValues(), acc, n, static_cast<int64_t>(var->version));
+      consistency_.counters.updates_applied++;
+    } else {
+      consistency_.counters.nonfinite_rejected++;
+      spdlog::warn(
+          "step {} of a variable on {}: the average of {} gradients would make element "
+          "{} non-finite; the step is not applied",
+          var->version, Where(), var->added, at);
+    }
     std::fill(var->accum.begin(), var->accum.end(), 0.0f);
-    consistency_.counters.updates_applied++;
   }
   ++var->version;
   var->contributors.clear();

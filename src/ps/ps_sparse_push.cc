@@ -91,13 +91,32 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
         !s.ok()) {
       return s;
     }
+    // Async and ssp apply at once: an update that would make a row non-finite refuses the push
+    // before anything is applied (sync checks each step's average when it applies it).
+    if (ctx.mode != Mode::kSync) {
+      const TableSlice& slice = slices[i];
+      if (absl::Status s = slice.table->rows->CheckUpdate(slice.keys, slice.n, slice.rows);
+          !s.ok()) {
+        consistency_.counters.nonfinite_rejected++;
+        return s;
+      }
+    }
   }
 
   consistency_.Rejoin(req.sender());  // a worker paused at a barrier counts again
   ApplyResult any;
   for (int i = 0; i < n; ++i) {
     ApplyResult r;
-    resp->add_versions(ApplySparse(slices[i], req.gradients(i).read_version(), ctx, &r));
+    absl::StatusOr<uint64_t> version =
+        ApplySparse(slices[i], req.gradients(i).read_version(), ctx, &r);
+    if (!version.ok()) {
+      // A concurrent push changed the rows since the check above: this table's update is refused
+      // whole, but the tables before it in this request are applied (docs/semantics.md).
+      consistency_.counters.nonfinite_rejected++;
+      CountPush(req.sender(), any);
+      return version.status();
+    }
+    resp->add_versions(*version);
     if (r.dropped) resp->set_stale_dropped(resp->stale_dropped() + 1);
     any.Add(r);
   }
@@ -107,12 +126,15 @@ absl::Status ParameterServerImpl::PushSparse(const PushSparseRequest& req,
 
 // As ApplyOne, under Table::mu; an untagged async gradient takes only the table's own lock (as
 // it always did), a tagged one also Table::mu, so its watermark and its rows change together.
-uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read_version,
-                                          const PushContext& ctx, ApplyResult* result) {
+absl::StatusOr<uint64_t> ParameterServerImpl::ApplySparse(const TableSlice& slice,
+                                                          uint64_t read_version,
+                                                          const PushContext& ctx,
+                                                          ApplyResult* result) {
   Table* table = slice.table.get();
-  auto apply = [&] {
-    const uint64_t version = table->rows->Apply(slice.keys, slice.n, slice.rows);
-    table->Publish(version);
+  auto apply = [&]() -> absl::StatusOr<uint64_t> {
+    absl::StatusOr<uint64_t> version = table->rows->Apply(slice.keys, slice.n, slice.rows);
+    if (!version.ok()) return version;
+    table->Publish(*version);
     consistency_.counters.pushes_applied++;
     consistency_.counters.updates_applied++;
     result->updated = true;
@@ -126,8 +148,8 @@ uint64_t ParameterServerImpl::ApplySparse(const TableSlice& slice, uint64_t read
       result->duplicate = true;
       return table->rows->version();
     }
-    const uint64_t version = apply();
-    table->applied.Commit(*ctx.tag);
+    absl::StatusOr<uint64_t> version = apply();
+    if (version.ok()) table->applied.Commit(*ctx.tag);
     return version;
   }
   const auto sender = std::make_pair(ctx.task, ctx.incarnation);
@@ -162,8 +184,13 @@ bool ParameterServerImpl::MaybeApplyTableStep(Table* table) {
   }
   // The average of the gradients added; a step of duplicates only (an empty accumulator) still
   // advances the table's version.
-  table->Publish(table->rows->ApplyAccumulated(std::max(table->added, 1)));
-  if (table->added > 0) consistency_.counters.updates_applied++;
+  bool refused = false;
+  table->Publish(table->rows->ApplyAccumulated(std::max(table->added, 1), &refused));
+  if (refused) {
+    consistency_.counters.nonfinite_rejected++;
+  } else if (table->added > 0) {
+    consistency_.counters.updates_applied++;
+  }
   table->contributors.clear();
   table->added = 0;
   table->applied.CommitStep();
