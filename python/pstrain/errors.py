@@ -62,6 +62,11 @@ class FailedPreconditionError(Error):
     code = "FAILED_PRECONDITION"
 
 
+class ForkedProcessError(FailedPreconditionError):
+    """A Client used in a child process of ``os.fork()``: its thread and connections stayed in
+    the parent, so no call can run there. Connect again in the child (a worker task of its own)."""
+
+
 class AbortedError(Error):
     code = "ABORTED"
 
@@ -100,7 +105,7 @@ _BY_CODE = {
     16: UnauthenticatedError,
 }
 
-__all__ = ["Error"] + [cls.__name__ for cls in _BY_CODE.values()]
+__all__ = ["Error", "ForkedProcessError"] + [cls.__name__ for cls in _BY_CODE.values()]
 
 
 def _from_status(code, message):

@@ -1,5 +1,9 @@
 #include "arrays.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "errors.h"
 
@@ -112,10 +116,36 @@ std::vector<uint64_t> AsKeys(py::handle obj, const std::string& what) {
   return keys;
 }
 
-py::array View(const float* data, const std::vector<int64_t>& shape, py::handle base) {
+void ArrayBuffers::Copy(const std::vector<const float*>& src, const std::vector<size_t>& sizes) {
+  last_.clear();  // so that a count of 1 below means: no array holds the buffer
+  std::vector<Buffer> idle, handed;
+  for (Buffer& b : handed_) (b.use_count() == 1 ? idle : handed).push_back(std::move(b));
+  // The last array let go of an idle buffer on a Python thread: its reads come before the
+  // writes here.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  for (size_t i = 0; i < src.size(); ++i) {
+    auto same = std::find_if(idle.begin(), idle.end(),
+                             [&](const Buffer& b) { return b->size() == sizes[i]; });
+    Buffer b;
+    if (same != idle.end()) {
+      b = std::move(*same);
+      idle.erase(same);
+    } else {
+      b = std::make_shared<std::vector<float>>(sizes[i]);
+    }
+    if (sizes[i] > 0) std::memcpy(b->data(), src[i], sizes[i] * sizeof(float));
+    last_.push_back(b);
+    handed.push_back(std::move(b));
+  }
+  handed_ = std::move(handed);
+}
+
+py::array Own(const ArrayBuffers::Buffer& buffer, const std::vector<int64_t>& shape) {
   std::vector<py::ssize_t> dims(shape.begin(), shape.end());
-  if (data == nullptr) return py::array_t<float>(dims);  // no values to view
-  return py::array_t<float>(dims, data, base);
+  if (buffer->empty()) return py::array_t<float>(dims);  // no values to own
+  py::capsule base(new ArrayBuffers::Buffer(buffer),
+                   [](void* p) { delete static_cast<ArrayBuffers::Buffer*>(p); });
+  return py::array_t<float>(dims, buffer->data(), base);
 }
 
 }  // namespace pstrain::python

@@ -3,6 +3,7 @@
 #include "client/client.h"
 
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -27,10 +28,11 @@ namespace {
 // the Python side only while no call runs (in CallThread::Run's `after`), or atomically.
 struct Core {
   std::unique_ptr<Client> client;
-  std::vector<const float*> values;          // of the last Pull
+  std::vector<const float*> values;          // of the last Pull (the C++ client's buffers)
   std::vector<std::vector<int64_t>> shapes;  // of the variables, by index
-  std::vector<const float*> rows;            // of the last Lookup
+  std::vector<const float*> rows;            // of the last Lookup (the C++ client's buffers)
   std::vector<int> dims;                     // of the tables, by index
+  ArrayBuffers pulled, looked_up;            // the copies that the arrays own
   std::atomic<int64_t> global_step{0};
   std::atomic<int64_t> pushes{0};
 };
@@ -40,14 +42,15 @@ class PyClient {
   static std::unique_ptr<PyClient> Connect(const py::object& chief, const py::object& task,
                                            double timeout, const std::string& push_dtype,
                                            const std::string& transport);
+  ~PyClient();  // in a child of fork(), leaves the parent's thread and connections be
 
   int CreateVariable(const std::string& name, const std::vector<int64_t>& shape,
                      const py::object& initializer, const py::object& optimizer,
                      const std::string& partitioner);
-  py::list Pull(const py::object& self);
+  py::list Pull();
   void Push(const py::sequence& grads, int64_t examples, std::optional<double> loss);
   int CreateTable(TableOptions t, const py::object& initializer, const py::object& optimizer);
-  py::list Lookup(const py::object& self, const py::sequence& keys);
+  py::list Lookup(const py::sequence& keys);
   void PushSparse(const py::sequence& keys, const py::sequence& grads, int64_t examples,
                   std::optional<double> loss);
   void Barrier(const std::string& name) {
@@ -74,7 +77,7 @@ class PyClient {
   double TimeCppSteps(int steps);
 
  private:
-  PyClient() : core_(std::make_shared<Core>()) {}
+  PyClient() : core_(std::make_shared<Core>()), thread_(std::make_unique<CallThread>()) {}
   // Runs `call` on the client's thread and raises its error; `after` runs with the GIL once it
   // succeeded, before another call may start.
   void Call(
@@ -87,7 +90,8 @@ class PyClient {
   }
 
   const std::shared_ptr<Core> core_;
-  CallThread thread_;  // after core_: destroyed first
+  std::unique_ptr<CallThread> thread_;  // after core_: destroyed first
+  const pid_t pid_ = getpid();          // of the process that connected
   std::string mode_;
   int num_ps_ = 0;
   int task_ = 0;
@@ -97,10 +101,21 @@ class PyClient {
   std::vector<uintptr_t> last_push_;             // where the last push read each gradient
 };
 
+PyClient::~PyClient() {
+  if (getpid() == pid_) return;
+  // A copy in a child of fork(): the call thread exists only in the parent (joining it would
+  // wait forever), and closing the parent's gRPC channels from here could hang too. Both are
+  // left as they are; the child's exit frees its memory.
+  thread_.release();
+  new std::shared_ptr<Core>(core_);
+}
+
 void PyClient::Call(std::function<absl::Status(Core&)> call, py::object keep_alive,
                     const std::function<void()>& after) {
+  // The call thread does not exist in a child of fork(): a call would wait for it forever.
+  if (getpid() != pid_) RaiseForked("pstrain.Client", pid_);
   auto status = std::make_shared<absl::Status>(absl::InternalError("the call did not run"));
-  thread_.Run(
+  thread_->Run(
       [core = core_, status, call = std::move(call)] {
         *status = call(*core);
         if (core->client != nullptr) {
@@ -180,14 +195,22 @@ int PyClient::CreateVariable(const std::string& name, const std::vector<int64_t>
   return *index;
 }
 
-py::list PyClient::Pull(const py::object& self) {
+py::list PyClient::Pull() {
   py::list out;
-  Call([](Core& c) { return c.client->Pull(&c.values); }, py::none(),
-       [&] {
-         for (size_t i = 0; i < core_->values.size(); ++i) {
-           out.append(View(core_->values[i], core_->shapes[i], self));
-         }
-       });
+  Call(
+      [](Core& c) {
+        if (absl::Status s = c.client->Pull(&c.values); !s.ok()) return s;
+        std::vector<size_t> sizes;
+        for (size_t i = 0; i < c.values.size(); ++i) sizes.push_back(NumElements(c.shapes[i]));
+        c.pulled.Copy(c.values, sizes);
+        return absl::OkStatus();
+      },
+      py::none(),
+      [&] {
+        for (size_t i = 0; i < core_->pulled.last().size(); ++i) {
+          out.append(Own(core_->pulled.last()[i], core_->shapes[i]));
+        }
+      });
   return out;
 }
 
@@ -230,7 +253,7 @@ int PyClient::CreateTable(TableOptions t, const py::object& initializer,
   return *index;
 }
 
-py::list PyClient::Lookup(const py::object& self, const py::sequence& keys) {
+py::list PyClient::Lookup(const py::sequence& keys) {
   std::vector<std::vector<uint64_t>> k;
   for (size_t i = 0; i < keys.size(); ++i) {
     k.push_back(AsKeys(keys[i], "lookup: keys of " + Name("table", tables_, i)));
@@ -238,12 +261,20 @@ py::list PyClient::Lookup(const py::object& self, const py::sequence& keys) {
   std::vector<int64_t> sizes;
   for (const std::vector<uint64_t>& ki : k) sizes.push_back(static_cast<int64_t>(ki.size()));
   py::list out;
-  Call([k = std::move(k)](Core& c) { return c.client->Lookup(k, &c.rows); }, py::none(),
-       [&] {
-         for (size_t i = 0; i < core_->rows.size(); ++i) {
-           out.append(View(core_->rows[i], {sizes[i], core_->dims[i]}, self));
-         }
-       });
+  Call(
+      [k = std::move(k)](Core& c) {
+        if (absl::Status s = c.client->Lookup(k, &c.rows); !s.ok()) return s;
+        std::vector<size_t> sizes;
+        for (size_t i = 0; i < c.rows.size(); ++i) sizes.push_back(k[i].size() * c.dims[i]);
+        c.looked_up.Copy(c.rows, sizes);
+        return absl::OkStatus();
+      },
+      py::none(),
+      [&] {
+        for (size_t i = 0; i < core_->looked_up.last().size(); ++i) {
+          out.append(Own(core_->looked_up.last()[i], {sizes[i], core_->dims[i]}));
+        }
+      });
   return out;
 }
 
@@ -281,14 +312,15 @@ void PyClient::Done(const std::optional<std::string>& error) {
 }
 
 bool PyClient::Exit(const py::object& type, const py::object& value) {
-  if (done_called_) return false;
+  // A child of fork() leaving the block: the worker is the parent's to end.
+  if (done_called_ || getpid() != pid_) return false;
   if (type.is_none()) {
     Done(std::nullopt);
     return false;
   }
   // An interrupted call still running would hold Done back until its deadline: leave the chief
   // to declare this worker lost instead.
-  if (thread_.busy()) return false;
+  if (thread_->busy()) return false;
   const std::string what =
       absl::StrCat(std::string(py::str(type.attr("__name__"))), ": ", std::string(py::str(value)));
   try {
@@ -322,8 +354,8 @@ double PyClient::TimeCppSteps(int steps) {
 
 py::list PyClient::LastAddresses(bool rows) const {
   py::list out;
-  for (const float* p : rows ? core_->rows : core_->values) {
-    out.append(reinterpret_cast<uintptr_t>(p));
+  for (const ArrayBuffers::Buffer& b : rows ? core_->looked_up.last() : core_->pulled.last()) {
+    out.append(reinterpret_cast<uintptr_t>(b->data()));
   }
   return out;
 }
@@ -356,14 +388,13 @@ a TF_CONFIG that does not parse, an unknown push_dtype or transport, or "ucx" wi
            R"(Gets or creates a variable; returns its index in pull() and push(). An existing
 variable keeps its values, initializer and optimizer; another shape is an
 InvalidArgumentError. optimizer None: the chief's. partitioner: "none", "fixed:N",
-"min_bytes:B", "max_bytes:B" or "" (the chief's). Invalidates the arrays of the last pull().)")
+"min_bytes:B", "max_bytes:B" or "" (the chief's). Arrays pulled before keep their values.)")
       .def(
-          "pull", [](py::object self) { return self.cast<PyClient&>().Pull(self); },
+          "pull", [](PyClient& c) { return c.Pull(); },
           R"(The values of every variable: float32 arrays of their shapes, in creation order.
-They view the client's buffers (no copy) and hold the client alive; they are valid until the
-next pull(), create_variable() or done(), and writing into them changes nothing on the PS.
-Copy one (numpy.copy) to keep it. Sync mode: waits for the step after this client's last
-push.)")
+Each owns a copy of the values (made without the GIL, in buffers that later pulls reuse once no
+array holds them), valid for as long as the array lives whatever calls follow; writing into
+one changes nothing on the PS. Sync mode: waits for the step after this client's last push.)")
       .def("push", &PyClient::Push, py::arg("grads"), py::arg("examples") = 0,
            py::arg("loss") = py::none(),
            R"(Pushes one gradient per variable, in creation order. Each is an array (or
@@ -390,16 +421,12 @@ InvalidArgumentError. `examples` (the batch size) and `loss` feed the chief's pr
           py::arg("max_rows_per_ps") = 0, py::arg("max_bytes_per_ps") = 0,
           R"(Gets or creates an embedding table of rows of `dim` floats keyed by uint64;
 returns its index in lookup() and push_sparse(). Every worker must pass the same options.
-optimizer None: Adagrad(lr=0.05). Invalidates the arrays of the last lookup().)")
+optimizer None: Adagrad(lr=0.05). Arrays looked up before keep their values.)")
       .def(
-          "lookup",
-          [](py::object self, const py::sequence& keys) {
-            return self.cast<PyClient&>().Lookup(self, keys);
-          },
+          "lookup", [](PyClient& c, const py::sequence& keys) { return c.Lookup(keys); },
           py::arg("keys"),
           R"(keys[i]: distinct keys of table i (uint64 array, or non-negative integers).
-Returns float32 arrays [len(keys[i]), dim] viewing the client's buffers, valid until the next
-lookup(), create_table() or done().)")
+Returns float32 arrays [len(keys[i]), dim] that own their values, as pull()'s do.)")
       .def("push_sparse", &PyClient::PushSparse, py::arg("keys"), py::arg("grads"),
            py::arg("examples") = 0, py::arg("loss") = py::none(),
            R"(Pushes gradient rows: grads[i] holds len(keys[i]) * dim floats (e.g. shape

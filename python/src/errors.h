@@ -15,6 +15,9 @@ namespace pstrain::python {
 [[noreturn]] void Raise(const absl::Status& s);
 // Raise(InvalidArgumentError(message)).
 [[noreturn]] void RaiseInvalidArgument(const std::string& message);
+// Raises pstrain.errors.ForkedProcessError: `what` ("pstrain.Client"), made in process
+// `parent`, is used in this process, a child of fork().
+[[noreturn]] void RaiseForked(const std::string& what, long parent);
 
 inline void ThrowIfError(const absl::Status& s) {
   if (!s.ok()) Raise(s);

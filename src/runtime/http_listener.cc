@@ -1,6 +1,8 @@
 #include "runtime/http_listener.h"
 
-#include <sys/socket.h>
+#include <algorithm>
+#include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/security.h"
@@ -51,54 +53,95 @@ httplib::Server::HandlerResponse Refuse(const httplib::Request& req, httplib::Re
   return httplib::Server::HandlerResponse::Handled;
 }
 
+// A request's bytes for cpp-httplib to parse, and its response's bytes: the connection layer
+// has read the head already and writes the response itself, so no socket is touched here. A
+// body is not there (read as the end of the stream): the listener takes none.
+class MemoryStream : public httplib::Stream {
+ public:
+  MemoryStream(std::string_view in, const HttpPeer& peer, std::string* out)
+      : in_(in), peer_(peer), out_(out) {}
+  bool is_readable() const override { return pos_ < in_.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    size = std::min(size, in_.size() - pos_);
+    std::memcpy(ptr, in_.data() + pos_, size);
+    pos_ += size;
+    return static_cast<ssize_t>(size);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    out_->append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = peer_.ip;
+    port = peer_.port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = peer_.local_ip;
+    port = peer_.local_port;
+  }
+  socket_t socket() const override { return peer_.fd; }
+
+ private:
+  const std::string_view in_;
+  const HttpPeer& peer_;
+  std::string* const out_;
+  size_t pos_ = 0;
+};
+
 }  // namespace
 
+class HttpListener::Router : public httplib::Server {
+ public:
+  // One request of `head`, answered into `*response`; whether the connection may stay open.
+  bool Answer(std::string_view head, const HttpPeer& peer, bool last, std::string* response) {
+    MemoryStream stream(head, peer, response);
+    bool closed = false;
+    return process_request(stream, last, closed, nullptr) && !closed;
+  }
+};
+
+HttpListener::HttpListener() = default;
+
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Bind(const std::string& host, int port,
-                                                                 std::string token) {
+                                                                 std::string token,
+                                                                 HttpLimits limits) {
   std::unique_ptr<HttpListener> l(new HttpListener);
-  l->server_ = std::make_unique<httplib::Server>();
+  l->router_ = std::make_unique<Router>();
   l->token_ = std::move(token);
-  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second
-  // listener share a port that is already taken.
-  l->server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  l->server_->set_read_timeout(5, 0);
-  l->server_->set_write_timeout(5, 0);
-  l->server_->set_payload_max_length(64 * 1024);
-  l->server_->set_pre_routing_handler(Refuse);
-  l->server_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+  // What the Keep-Alive header of a response announces.
+  l->router_->set_keep_alive_timeout(absl::ToInt64Seconds(limits.head_timeout));
+  l->router_->set_keep_alive_max_count(limits.max_requests_per_connection);
+  l->router_->set_pre_routing_handler(Refuse);
+  l->router_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
     if (res.status >= 400) {
       spdlog::warn("http {} {} from {}: {}", req.method, req.path, Peer(req), res.status);
     }
   });
-  l->server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  l->router_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.body.empty()) {
       res.set_content(
           absl::StrCat(res.status, res.status == 404 ? " Not Found: " : " ", req.path, "\n"),
           "text/plain; charset=utf-8");
     }
   });
-  if (port == 0) {
-    l->port_ = l->server_->bind_to_any_port(host);
-  } else if (l->server_->bind_to_port(host, port)) {
-    l->port_ = port;
-  }
-  if (l->port_ <= 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot listen for HTTP on ", host, ":", port,
-                                                      " (port in use or address not local)"));
-  }
+  absl::StatusOr<int> fd = ListenTcp(host, port, &l->port_);
+  if (!fd.ok()) return fd.status();
+  Router* router = l->router_.get();
+  l->connections_ = std::make_unique<HttpConnections>(
+      *fd, limits,
+      [router](std::string_view head, const HttpPeer& peer, bool last, std::string* response) {
+        return router->Answer(head, peer, last, response);
+      });
   return l;
 }
 
 HttpListener::~HttpListener() {
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  connections_.reset();  // joins the threads that use router_
 }
 
 void HttpListener::Handle(const std::string& path, bool open, HttpHandler handler) {
-  server_->Get(path, [this, open, path, handler = std::move(handler)](const httplib::Request& req,
+  router_->Get(path, [this, open, path, handler = std::move(handler)](const httplib::Request& req,
                                                                       httplib::Response& res) {
     if (!open && !token_.empty() && !HasToken(req, token_)) {
       spdlog::warn("http GET {} from {} refused: no valid job token", path, Peer(req));
@@ -117,8 +160,6 @@ void HttpListener::Handle(const std::string& path, bool open, HttpHandler handle
   });
 }
 
-void HttpListener::Serve() {
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-}
+void HttpListener::Serve() { connections_->Start(); }
 
 }  // namespace pstrain
