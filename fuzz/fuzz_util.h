@@ -33,11 +33,13 @@ namespace pstrain::fuzz {
 // One temporary directory per process (readers that take a path read the input from a file in
 // it), removed when the process exits normally. A crash leaves it for the post-mortem.
 inline const std::string& TempDir() {
-  static const std::string dir = [] {
+  // Never destroyed: the exit handler that removes the directory runs after static destructors
+  // registered later than it.
+  static const std::string* const dir = [] {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/pstrain-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
+    auto* path = new std::string(std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                                 "/pstrain-fuzz-XXXXXX");
+    if (::mkdtemp(path->data()) == nullptr) {
       std::perror("pstrain fuzz: mkdtemp");
       std::abort();
     }
@@ -45,9 +47,9 @@ inline const std::string& TempDir() {
       std::error_code ec;
       std::filesystem::remove_all(TempDir(), ec);
     });
-    return tmpl;
+    return path;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes `bytes` to <TempDir()>/<name> (replacing it) and returns the path.

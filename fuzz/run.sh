@@ -18,6 +18,9 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 mkdir -p "$BUILD/fuzz-artifacts" "$BUILD/fuzz-logs"
+# The targets' temporary files (fuzz_util.h TempDir), removed even after a crash.
+export TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-fuzz-run-XXXXXX")
+trap 'rm -rf "$TMPDIR"' EXIT
 # UBSan reports are fatal in the build (-fno-sanitize-recover); print their stacks.
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 summary=()
