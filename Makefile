@@ -5,16 +5,25 @@
 # make bench    set up with the test packages, build everything with PSTRAIN_NATIVE=ON (compiled
 #               for this machine's vector units) in $(NATIVE_BUILD), and run the benchmarks there
 #               (medians and ratios to their baselines); the other targets build portably
+# make test-sanitize  build the unit tests and the pstrain binary with AddressSanitizer and
+#               UndefinedBehaviorSanitizer (g++) in $(SANITIZE_BUILD) and run the unit tests and a
+#               few cluster tests there; any sanitizer report fails the run (scripts/test_sanitize.sh)
+# make fuzz     build the libFuzzer targets of fuzz/ with clang-14 (ASan, UBSan) in $(FUZZ_BUILD)
+#               and run each for FUZZ_SECONDS seconds from its seed corpus; any crash, leak or
+#               sanitizer report fails the run (fuzz/run.sh)
 # make install  set up what the binary and the client library need, build them, and install the
 #               binary, the library, its headers and its CMake and pkg-config files under PREFIX
 BUILD ?= build
 NATIVE_BUILD ?= build-native
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 # Configures $(BUILD) with or without the tests (which need the test packages).
 configure = @cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=$(1) >/dev/null
 
-.PHONY: all setup setup-test build demo test bench install clean
+.PHONY: all setup setup-test build demo test test-sanitize fuzz bench install clean
 
 all: build
 
@@ -43,6 +52,19 @@ test: build
 	  if [ -n "$$left" ]; then echo "make test: the tests left in TMPDIR:" $$left; rc=1; fi; \
 	  exit $$rc
 
+test-sanitize: setup-test
+	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTRAIN_BUILD_TESTS=ON \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+	  -DPSTRAIN_SANITIZE=address,undefined >/dev/null
+	bash scripts/test_sanitize.sh $(SANITIZE_BUILD) $(JOBS)
+
+fuzz: setup-test
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+	  -DPSTRAIN_BUILD_TESTS=OFF -DPSTRAIN_SANITIZE=address,undefined -DPSTRAIN_FUZZ=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
+	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 bench: setup-test
 	@cmake -S . -B $(NATIVE_BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=OFF \
 	  -DPSTRAIN_NATIVE=ON >/dev/null
@@ -58,4 +80,4 @@ install: setup
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(NATIVE_BUILD)
+	rm -rf $(BUILD) $(NATIVE_BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)

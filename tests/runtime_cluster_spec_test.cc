@@ -81,6 +81,21 @@ TEST(ClusterSpecTest, RejectsBadSpecsWithClearMessages) {
   }
 }
 
+// A number JSON allows but a double cannot hold makes nlohmann-json throw out_of_range, not
+// parse_error: it is refused as any JSON that does not parse (it ended the process; found by
+// fuzz/cluster_spec_fuzz).
+TEST(ClusterSpecTest, ANumberTooLargeForADoubleIsRefused) {
+  for (const char* json : {R"({"cluster": {"chief": [1E400], "ps": ["b:2"], "worker": ["c:3"]}})",
+                           R"({"cluster": {"chief": ["a:1"], "ps": ["b:2"], "worker": ["c:3"]},
+                               "task": {"type": "ps", "index": -1e999}})"}) {
+    absl::StatusOr<ClusterSpec> spec = ClusterSpec::FromJson(json, "TF_CONFIG");
+    ASSERT_FALSE(spec.ok()) << json;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_THAT(spec.status().message(), HasSubstr("TF_CONFIG: not valid JSON: ")) << json;
+    EXPECT_THAT(spec.status().message(), HasSubstr("number overflow")) << json;
+  }
+}
+
 // A bad "task" does not make the cluster unusable: --job and --task may name the task instead.
 TEST(ClusterSpecTest, BadTaskIsReportedApartFromTheCluster) {
   const BadCase cases[] = {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "gmock/gmock.h"
@@ -220,6 +221,28 @@ TEST(ReadPushRequestTest, RepeatedAndMisplacedFieldsMergeAsProtobufMerges) {
   bytes += "\x10\x05";
   EXPECT_TRUE(AgreesWithProtobuf(bytes, 0));
   EXPECT_TRUE(AgreesWithProtobuf(bytes, 3));
+}
+
+// Protobuf's parser reads a field key or a length in at most 5 bytes; CodedInputStream, which
+// the reader walks the request with, reads up to 10 and drops the high bits. Each such request is
+// refused as protobuf refuses it, whether the key or length is the reader's own or that of a field
+// it passes on (found by fuzz/grpc_wire_fuzz: an unknown field's 6-byte key was accepted).
+TEST(ReadPushRequestTest, KeysAndLengthsOverFiveBytesAreRefusedAsProtobufRefusesThem) {
+  google::protobuf::LogSilencer quiet;
+  const std::string sample = Sample().SerializeAsString();
+  const std::vector<std::string> cases = {
+      std::string("\xc2\xff\xff\xff\xc0\x3a\x00", 7),  // an unknown field's key (the fuzzer's)
+      std::string("\x92\x80\x80\x80\x80\x00\x00", 7),  // gradients' key in 6 bytes
+      std::string("\x12\x80\x80\x80\x80\x80\x00", 7),  // gradients' length 0 in 6 bytes
+      std::string("\x12\x07\x1a\x80\x80\x80\x80\x80\x00", 9),  // a tensor's length
+      std::string("\x2a\x81\x80\x80\x80\x80\x00x", 8),         // an unknown field's length
+      std::string("\x2b\x90\x80\x80\x80\x80\x00\x01\x2c", 9),  // a key inside an unknown group
+  };
+  for (const std::string& tail : cases) {
+    SCOPED_TRACE(absl::CHexEscape(tail));
+    EXPECT_FALSE(AgreesWithProtobuf(sample + tail, 0));
+    EXPECT_FALSE(AgreesWithProtobuf(sample + tail, 3));
+  }
 }
 
 TEST(ReadPushRequestTest, LyingLengthsAreRefusedWithoutAllocating) {

@@ -26,6 +26,7 @@
 #include "ps_testing.h"
 #include "stream.grpc.pb.h"
 #include "transport/grpc_stream.h"
+#include "transport/stream_chunks.h"
 #include "transport_stream_testing.h"
 
 namespace pstrain {
@@ -175,6 +176,35 @@ TEST_F(StreamTest, BadStreamsAreRefusedAndApplyNothing) {
   std::vector<float> after;
   EXPECT_EQ(VersionAndValue("w", &after), 1u);
   EXPECT_EQ(Mismatches(after, [](int64_t i) { return Pattern(i) - 1.0f; }), 0);
+}
+
+// A chunk protobuf would not parse as a PushChunk is malformed, however harmless its odd part:
+// field number 0, one past protobuf's largest (2^29 - 1), a key or a length in more than the 5
+// bytes of a varint32 (found by fuzz/stream_chunks_fuzz: field 0 was taken as an unknown field).
+TEST(ParsedChunkTest, WhatProtobufRefusesIsMalformed) {
+  const std::string data("\x10\x01\x22\x04wxyz", 8);  // index 1, 4 bytes of data
+  stream_chunks::ParsedChunk chunk;
+  grpc::Slice good(data);
+  ASSERT_TRUE(chunk.Parse(grpc::ByteBuffer(&good, 1)).ok());
+  EXPECT_EQ(chunk.index(), 1u);
+  EXPECT_EQ(chunk.data_size(), 4);
+  const struct {
+    std::string bytes;
+    const char* says;
+  } cases[] = {
+      {std::string("\x00\x00", 2) + data, "field number 0"},
+      {std::string("\x80\x80\x80\x80\x10\x00", 6) + data, "a field key over 32 bits"},
+      {std::string("\x90\x80\x80\x80\x80\x00\x01", 7) + data.substr(2), "a field key over 5 bytes"},
+      {std::string("\x10\x01\x22\x84\x80\x80\x80\x80\x00wxyz", 12),
+       "field 4 has a truncated length, or a length over 5 bytes"},
+      {std::string("\x10\x01\x22\x80\x80\x80\x80\x08", 8), "field 4 has a length over 2^31"},
+  };
+  for (const auto& c : cases) {
+    grpc::Slice slice(c.bytes);
+    absl::Status s = chunk.Parse(grpc::ByteBuffer(&slice, 1));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.says << ": " << s;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << c.says << ": " << s;
+  }
 }
 
 TEST_F(StreamTest, StreamsWithoutTheJobTokenAreRefused) {

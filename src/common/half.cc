@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PSTRAIN_HALF_X86 1
 #endif
@@ -143,7 +144,10 @@ PSTRAIN_AVX2 void Bfloat16ToFloatAvx2(const uint16_t* in, float* out, int64_t n)
 bool CpuHasAvx2F16c() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know it.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && f16c;
   }();
   return has;
 }

@@ -25,6 +25,17 @@ absl::Status Invalid(const std::string& source, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
 }
 
+// What went wrong, without the exception's "[json.exception.<kind>.<id>] ... : " prefix.
+std::string Reason(const json::exception& e) {
+  std::string reason = e.what();
+  if (const size_t colon = reason.find(": "); colon != std::string::npos) {
+    reason = reason.substr(colon + 2);
+  } else if (const size_t bracket = reason.find("] "); bracket != std::string::npos) {
+    reason = reason.substr(bracket + 2);
+  }
+  return reason;
+}
+
 // "line L, column C: <what the parser expected>" for a parse error at byte `byte` (1-based, as
 // nlohmann-json counts) of `text`.
 std::string WhereParseFailed(const std::string& text, const json::parse_error& e) {
@@ -37,11 +48,7 @@ std::string WhereParseFailed(const std::string& text, const json::parse_error& e
     }
   }
   // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: <reason>".
-  std::string reason = e.what();
-  if (const size_t colon = reason.find(": "); colon != std::string::npos) {
-    reason = reason.substr(colon + 2);
-  }
-  return absl::StrCat("line ", line, ", column ", at - line_start + 1, ": ", reason);
+  return absl::StrCat("line ", line, ", column ", at - line_start + 1, ": ", Reason(e));
 }
 
 // The "task" entry: {"type": string, "index": integer} naming a task of the cluster.
@@ -87,6 +94,9 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromJson(const std::string& text,
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     return Invalid(source, "not valid JSON: " + WhereParseFailed(text, e));
+  } catch (const json::exception& e) {
+    // out_of_range 406, a number no double holds ("1E400"), says no position.
+    return Invalid(source, "not valid JSON: " + Reason(e));
   }
   if (!doc.is_object()) return Invalid(source, "expected a JSON object with a \"cluster\" key");
   if (!doc.contains("cluster") || !doc["cluster"].is_object()) {

@@ -49,17 +49,64 @@ class Rest {
   std::unique_ptr<CodedOutputStream> out_;
 };
 
+// Protobuf's parser reads a key or a length in at most 5 bytes; CodedInputStream reads up to 10
+// and drops the high bits. These read as protobuf's parser does, so that what it refuses is
+// refused here too: 0 for a bad key (or field number 0), false for a bad length.
+constexpr int kMaxVarint32Bytes = 5;
+uint32_t ReadKey(CodedInputStream* in) {
+  const int at = in->CurrentPosition();
+  const uint32_t tag = in->ReadTag();
+  return in->CurrentPosition() - at <= kMaxVarint32Bytes ? tag : 0;
+}
+bool ReadLength(CodedInputStream* in, int* len) {
+  const int at = in->CurrentPosition();
+  return in->ReadVarintSizeAsInt(len) && in->CurrentPosition() - at <= kMaxVarint32Bytes;
+}
+
+// Copies the field of `tag` to `out` as WireFormatLite::SkipField does, reading each key and
+// length (a group's fields' too) as protobuf's parser would.
+bool CopyField(CodedInputStream* in, uint32_t tag, CodedOutputStream* out) {
+  switch (WFL::GetTagWireType(tag)) {
+    case WFL::WIRETYPE_LENGTH_DELIMITED: {
+      int len = 0;
+      std::string bytes;
+      if (!ReadLength(in, &len) || len > in->BytesUntilLimit()) return false;
+      if (!in->ReadString(&bytes, len)) return false;
+      out->WriteTag(tag);
+      out->WriteVarint32(static_cast<uint32_t>(len));
+      out->WriteString(bytes);
+      return true;
+    }
+    case WFL::WIRETYPE_START_GROUP: {
+      if (!in->IncrementRecursionDepth()) return false;  // protobuf's nesting limit
+      out->WriteTag(tag);
+      while (true) {
+        const uint32_t inner = ReadKey(in);
+        if (inner == 0) return false;
+        if (inner == WFL::MakeTag(WFL::GetTagFieldNumber(tag), WFL::WIRETYPE_END_GROUP)) {
+          out->WriteTag(inner);
+          in->DecrementRecursionDepth();
+          return true;
+        }
+        if (!CopyField(in, inner, out)) return false;
+      }
+    }
+    default:  // varints and fixed-size values have no key or length inside
+      return WFL::SkipField(in, tag, out);
+  }
+}
+
 // Walks the fields up to the current limit: length-delimited fields numbered `field` go to
 // `take`, which reads them; every other field is copied to `rest`.
 template <typename Take>
 bool ReadFields(CodedInputStream* in, int field, Rest* rest, Take&& take) {
   const uint32_t wanted = WFL::MakeTag(field, WFL::WIRETYPE_LENGTH_DELIMITED);
   while (in->BytesUntilLimit() > 0) {
-    const uint32_t tag = in->ReadTag();
+    const uint32_t tag = ReadKey(in);
     if (tag == 0) return false;  // a bad varint, or field number 0
     if (tag == wanted) {
       if (!take()) return false;
-    } else if (!WFL::SkipField(in, tag, rest->out())) {
+    } else if (!CopyField(in, tag, rest->out())) {
       return false;
     }
   }
@@ -71,7 +118,7 @@ bool ReadFields(CodedInputStream* in, int field, Rest* rest, Take&& take) {
 template <typename Body>
 bool ReadNested(CodedInputStream* in, Body&& body) {
   int len = 0;
-  if (!in->ReadVarintSizeAsInt(&len) || len > in->BytesUntilLimit()) return false;
+  if (!ReadLength(in, &len) || len > in->BytesUntilLimit()) return false;
   const auto limit = in->PushLimit(len);
   if (!body(len)) return false;
   in->PopLimit(limit);

@@ -15,6 +15,11 @@ namespace {
 // Field numbers and wire types of PushChunk and PullChunk (proto/stream.proto).
 constexpr int kHeadField = 1, kIndexField = 2, kOffsetField = 3, kDataField = 4;
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+// What protobuf's parser takes: a key in a varint32 of at most 5 bytes naming a field in
+// [1, 2^29 - 1]; a length in at most 5 bytes, under 2^31.
+constexpr int kMaxKeyBytes = 5;
+constexpr uint64_t kMaxFieldNumber = (uint64_t{1} << 29) - 1;
+constexpr uint64_t kMaxLength = (uint64_t{1} << 31) - 1;
 
 char* PutVarint(uint64_t v, char* p) {
   while (v >= 0x80) {
@@ -32,16 +37,17 @@ class Reader {
   bool empty() const { return i_ == slices_.size(); }
   size_t slice() const { return i_; }
   size_t pos() const { return pos_; }
-  std::optional<uint64_t> Varint() {
+  // A varint of at most `max_bytes` bytes (protobuf reads keys and lengths in at most 5).
+  std::optional<uint64_t> Varint(int max_bytes = 10) {
     uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
       if (empty()) return std::nullopt;
       const uint8_t b = slices_[i_].begin()[pos_];
       Skip(1);
       v |= uint64_t{b & 0x7fu} << shift;
       if (!(b & 0x80)) return v;
     }
-    return std::nullopt;  // more than 10 bytes
+    return std::nullopt;  // more than max_bytes
   }
   // Skips `n` bytes, or copies them to `out` (if not null); false if fewer remain.
   bool Take(uint64_t n, char* out = nullptr) {
@@ -109,9 +115,12 @@ absl::Status ParsedChunk::Parse(const grpc::ByteBuffer& buf) {
   Reader r(slices_);
   bool seen[kDataField + 1] = {};
   while (!r.empty()) {
-    const std::optional<uint64_t> key = r.Varint();
-    if (!key) return Malformed("a truncated field key");
+    const std::optional<uint64_t> key = r.Varint(kMaxKeyBytes);
+    if (!key) return Malformed("a truncated field key, or a field key over 5 bytes");
+    if (*key > UINT32_MAX) return Malformed("a field key over 32 bits");
     const uint64_t field = *key >> 3;
+    if (field == 0 || field > kMaxFieldNumber)
+      return Malformed(absl::StrCat("field number ", field));
     const int type = static_cast<int>(*key & 7);
     if (field >= kHeadField && field <= kDataField) {
       if (seen[field]) return Malformed(absl::StrCat("field ", field, " given twice"));
@@ -128,8 +137,13 @@ absl::Status ParsedChunk::Parse(const grpc::ByteBuffer& buf) {
         if (field == kOffsetField) offset_ = *v;
         break;
       case kLengthDelimited: {
-        v = r.Varint();
-        if (!v) return Malformed(absl::StrCat("field ", field, " has a truncated length"));
+        v = r.Varint(kMaxKeyBytes);
+        if (!v) {
+          return Malformed(
+              absl::StrCat("field ", field, " has a truncated length, or a length over 5 bytes"));
+        }
+        if (*v > kMaxLength)
+          return Malformed(absl::StrCat("field ", field, " has a length over 2^31"));
         if (field == kDataField) {
           data_slice_ = r.slice();
           data_pos_ = r.pos();
