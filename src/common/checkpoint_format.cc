@@ -218,6 +218,7 @@ class Reader {
   }
   bool Take(void* out, size_t n) {
     if (!ok_ || n > static_cast<size_t>(left())) return ok_ = false;
+    if (n == 0) return true;  // an empty array: `out` may be null, which memcpy may not get
     std::memcpy(out, p_, n);
     p_ += n;
     return true;
