@@ -63,7 +63,7 @@ fuzz: setup-test
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
 	  -DPSTRAIN_BUILD_TESTS=OFF -DPSTRAIN_SANITIZE=address,undefined -DPSTRAIN_FUZZ=ON >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
-	bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	FUZZ_SEED=$(FUZZ_SEED) bash fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 bench: setup-test
 	@cmake -S . -B $(NATIVE_BUILD) -DCMAKE_BUILD_TYPE=Release -DPSTRAIN_BUILD_TESTS=OFF \

@@ -40,7 +40,7 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${SECONDS_EACH}s (log $log)"
   # -timeout: one input taking 25 s is a hang; -rss_limit_mb: an input making the reader
   # allocate past 2 GB is a finding too; -detect_leaks is on by default under ASan.
-  "$bin" -max_total_time="$SECONDS_EACH" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -max_total_time="$SECONDS_EACH" ${FUZZ_SEED:+-seed=$FUZZ_SEED} -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$BUILD/fuzz-artifacts/$t-" "$corpus" >"$log" 2>&1
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
