@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -96,7 +97,16 @@ const Reference& GetReference() {
   static const Reference* ref = [] {
     auto* r = new Reference;
     r->floats = TestFloats();
-    const std::string dir = ::testing::TempDir();
+    // A directory of its own, removed once the reference is read.
+    std::string dir = ::testing::TempDir() + "/half-ref-XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) {
+      ADD_FAILURE() << "cannot create " << dir;
+      return r;
+    }
+    struct Remove {
+      const std::string& dir;
+      ~Remove() { std::filesystem::remove_all(dir); }
+    } remove{dir};
     WriteFile(dir + "/half_in.f32", r->floats);
     const std::string script = dir + "/half_ref.py";
     std::ofstream(script) << R"(import sys, numpy as np, torch

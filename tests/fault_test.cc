@@ -124,15 +124,23 @@ TEST_F(FaultTest, TasksExitWhenTheChiefIsGone) {
 }
 
 // SIGKILL leaves the launcher no chance to clean up: its tasks die with it (PR_SET_PDEATHSIG,
-// checked by TearDown), and it wrote no file that could be left behind.
+// checked by TearDown), and it left no log directory. Only the temporary checkpoint directory
+// it announced stays (nothing can remove it after a SIGKILL): the test removes it.
 TEST_F(FaultTest, KilledLauncherLeavesNothingBehind) {
   const std::vector<std::string> before = LaunchLeftovers();
   Proc p = StartTagged({PSTRAIN_BINARY, "launch", "--ps", "1", "--workers", "1", "--data",
                         MnistDir(), "--epochs", "50"});
   WaitForText(p.err_path, "examples/s");  // training: a progress line
   kill(p.pid, SIGKILL);
-  Wait(p, 10);
+  Result r = Wait(p, 10);
   EXPECT_EQ(LaunchLeftovers(), before);
+  const std::string announced = "checkpoints (to restart failed tasks from): ";
+  const size_t at = r.err.find(announced);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const size_t from = at + announced.size();
+  const std::string checkpoints = r.err.substr(from, r.err.find('\n', from) - from);
+  EXPECT_THAT(checkpoints, HasSubstr("pstrain-checkpoints-"));
+  std::filesystem::remove_all(checkpoints);
 }
 
 // SIGTERM on a hand-run chief ends the job for every task at once (not after their 60 s

@@ -106,7 +106,7 @@ TEST(CoordinatorTasksTest, BadSendersAreRefused) {
   NextTaskResponse resp;
   EXPECT_TRUE(absl::IsInvalidArgument(c.NextTask(none, &resp)));
   EXPECT_TRUE(absl::IsPermissionDenied(Next(c, Task("ps", 0, 5)).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(Next(c, Task("worker", 3, 5)).status()));
+  EXPECT_TRUE(absl::IsPermissionDenied(Next(c, Task("worker", 3, 5)).status()));
   EXPECT_TRUE(absl::IsFailedPrecondition(Next(c, Task("worker", 0, 6)).status()));
   TaskAssignment bogus;
   bogus.set_epoch(0);

@@ -1,4 +1,5 @@
 // ClusterSpec: TensorFlow's TF_CONFIG format, its validation and its error messages.
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -123,6 +124,7 @@ TEST(ClusterSpecTest, LoadsFileOrEnvironment) {
   const std::string path = ::testing::TempDir() + "/cluster_spec_test.json";
   std::ofstream(path) << kGood;
   absl::StatusOr<ClusterSpec> from_file = ClusterSpec::Load(path);
+  std::remove(path.c_str());
   ASSERT_TRUE(from_file.ok()) << from_file.status();
   EXPECT_EQ(from_file->NumTasks("worker"), 3);
 

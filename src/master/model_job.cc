@@ -95,20 +95,24 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
   mc.hidden = config.hidden;
   mc.embedding_dim = config.embedding_dim;
   mc.shared_embedding = config.shared_embedding;
+  if (mc.num_classes == 0) {
+    // A text file does not say how many classes it has: its labels do. Whether the model
+    // classifies is asked of it built for two (a classifier refuses to be built for none).
+    ModelConfig two = mc;
+    two.num_classes = 2;
+    absl::StatusOr<std::unique_ptr<Model>> probe = Model::Create(two);
+    if (probe.ok() && (*probe)->task() == ModelTask::kClassification) {
+      absl::StatusOr<Examples> all = data->ReadTrain(0, data->train_records());
+      if (!all.ok()) return all.status();
+      absl::StatusOr<int> train_classes = ClassesOf(*all, config.data);
+      if (!train_classes.ok()) return train_classes.status();
+      absl::StatusOr<int> test_classes = ClassesOf(*test, "the held-out examples");
+      if (!test_classes.ok()) return test_classes.status();
+      mc.num_classes = std::max({2, *train_classes, *test_classes});
+    }
+  }
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(mc);
   if (!model.ok()) return Bad("--data ", config.data, ": ", model.status().message());
-  if ((*model)->task() == ModelTask::kClassification && mc.num_classes == 0) {
-    // A text file does not say how many classes it has: its labels do.
-    absl::StatusOr<Examples> all = data->ReadTrain(0, data->train_records());
-    if (!all.ok()) return all.status();
-    absl::StatusOr<int> train_classes = ClassesOf(*all, config.data);
-    if (!train_classes.ok()) return train_classes.status();
-    absl::StatusOr<int> test_classes = ClassesOf(*test, "the held-out examples");
-    if (!test_classes.ok()) return test_classes.status();
-    mc.num_classes = std::max({2, *train_classes, *test_classes});
-    model = Model::Create(mc);
-    if (!model.ok()) return Bad("--data ", config.data, ": ", model.status().message());
-  }
   spdlog::info("model {} on {}: {} training records, {} held-out examples", mc.kind,
                data->spec().ToString(), data->train_records(), test->size());
   return std::unique_ptr<ModelJob>(
