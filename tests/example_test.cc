@@ -158,6 +158,7 @@ TEST(ClientApiTest, CreatePullPushBarrierDone) {
   Client& client = **c;
   EXPECT_EQ(client.mode(), "async");
   EXPECT_EQ(client.num_ps(), 2);
+  EXPECT_EQ(client.num_workers(), 1);
   std::vector<const float*> values;
   EXPECT_EQ(client.Pull(&values).code(), absl::StatusCode::kFailedPrecondition);
 

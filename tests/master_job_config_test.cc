@@ -187,6 +187,9 @@ TEST(ProgressLineTest, ShowsTheGlobalStepOutOfTheTotalElapsedAndEta) {
   v.epochs = 0;
   v.total = 0;
   EXPECT_EQ(ProgressLine(v), "progress step 1200 loss 0.1234 examples/s 13500 elapsed 8s");
+  // A client program that pushes no loss: the line shows none rather than 0.
+  v.has_loss = false;
+  EXPECT_EQ(ProgressLine(v), "progress step 1200 examples/s 13500 elapsed 8s");
   EXPECT_EQ(WholeSeconds(absl::Seconds(125.7)), "2m5s");
 }
 
@@ -219,6 +222,7 @@ TEST(JobResultTest, JsonKeepsItsKeysAddsStepsAndRounds) {
   r.seconds = 2.8000000000000003;
   r.examples_per_sec = 21297.6;
   r.final_loss = 0.183449;
+  r.loss_reported = true;
   r.test_accuracy = 0.9440000000000001;
   r.steps = 1876;
   r.global_step = 938;
@@ -237,6 +241,9 @@ TEST(JobResultTest, JsonKeepsItsKeysAddsStepsAndRounds) {
   EXPECT_DOUBLE_EQ(j["seconds"].get<double>(), 2.8);
   EXPECT_DOUBLE_EQ(j["final_loss"].get<double>(), 0.1834);
   EXPECT_DOUBLE_EQ(j["test_accuracy"].get<double>(), 0.944);
+  // No worker reported a loss (a client program's pushes need not): no final_loss at all.
+  r.loss_reported = false;
+  EXPECT_FALSE(nlohmann::json::parse(r.ToJson()).contains("final_loss"));
 }
 
 }  // namespace

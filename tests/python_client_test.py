@@ -44,7 +44,8 @@ def connected(make_cluster, num_ps=1, num_workers=1, **chief_flags):
 
 def test_pull_push_round_trip_is_bit_exact(make_cluster):
     cluster, client = connected(make_cluster, num_ps=2, mode="sync")
-    assert (client.mode, client.num_ps, client.task, client.global_step) == ("sync", 2, 0, 0)
+    assert (client.mode, client.num_ps, client.num_workers, client.task, client.global_step) == (
+        "sync", 2, 1, 0, 0)
     # w is split over both PS (its pull assembles shards into a buffer of the client), b and s
     # come whole from one PS (the pull points into the response).
     uniform = pstrain.init.Uniform(-1, 1, seed=7)
@@ -275,6 +276,7 @@ def test_ctrl_c_interrupts_a_waiting_pull(make_cluster):
     cluster = make_cluster(1, 2, {"mode": "sync", "task_timeout": 300})
     script = cluster.start_worker(0, [PYTHON, "-c", CTRL_C_SCRIPT])
     other = cluster.connect(1, timeout=60)  # returns once worker 0 registered too
+    assert (other.num_workers, other.task) == (2, 1)
     other.create_variable("w", (3,))
     other.pull()
     wait_for(lambda: "waiting" in script.stdout or script.popen.poll() is not None, 60,

@@ -129,6 +129,40 @@ def test_a_script_that_raises_ends_the_job_and_shows_its_traceback(tmp_path, tag
     assert "    ValueError: bad data in shard 1\n" in r.stderr  # the end of its log
 
 
+def test_a_script_finds_the_package_of_the_build_without_pythonpath(tmp_path, tag):
+    """`build/pstrain launch -- python3 script.py` imports the pstrain package built beside the
+    binary, ahead of what the user's PYTHONPATH holds and keeping it; the script learns the
+    number of workers from the client."""
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "user_module.py").write_text("VALUE = 41\n")
+    script = ("import importlib.util, json, pstrain\n"
+              "found = importlib.util.find_spec('user_module') is not None\n"
+              "with pstrain.Client.connect() as client:\n"
+              "    print(json.dumps({'file': pstrain.__file__, 'task': client.task,\n"
+              "                      'workers': client.num_workers,\n"
+              "                      'user': found}))\n"
+              "    client.barrier('end')\n")
+    package = os.path.join(os.path.dirname(os.path.abspath(BINARY)), "python", "pstrain",
+                           "__init__.py")
+    for pythonpath in (None, str(tmp_path / "user")):
+        env = environment(tag)
+        env.pop("PYTHONPATH", None)
+        if pythonpath is not None:
+            env["PYTHONPATH"] = pythonpath
+        logs = tmp_path / ("logs-%s" % ("none" if pythonpath is None else "user"))
+        argv = [BINARY, "launch", "--ps", "1", "--workers", "3", "--log_dir", str(logs), "--",
+                PYTHON, "-c", script]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env,
+                           cwd=str(tmp_path), stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        job = last_json(r.stdout)
+        assert job is not None and "final_loss" not in job, r.stdout  # nobody reported one
+        for task in range(3):
+            line = last_json((logs / ("worker-%d.log" % task)).read_text())
+            assert line == {"file": package, "task": task, "workers": 3,
+                            "user": pythonpath is not None}, line
+
+
 def test_a_cluster_started_by_hand_runs_the_script_as_each_worker(tag):
     """As the README shows: the chief (--model external), the PS, then the script per worker."""
     ports = free_ports(5)

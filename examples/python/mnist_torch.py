@@ -149,7 +149,7 @@ def run_distributed(args, data, model):
     import pstrain.torch
 
     with pstrain.Client.connect() as client:
-        num_workers = pstrain.cluster_from_tf_config().num_tasks("worker")
+        num_workers = client.num_workers
         schedule = (pstrain.optim.CosineLR(total_updates(args, len(data[1]), num_workers))
                     if args.schedule == "cosine" else None)
         opt = (pstrain.optim.Adam(lr=args.lr, schedule=schedule) if args.optimizer == "adam"

@@ -63,6 +63,7 @@ class PyClient {
   int64_t pushes() const { return core_->pushes; }
   const std::string& mode() const { return mode_; }
   int num_ps() const { return num_ps_; }
+  int num_workers() const { return num_workers_; }
   int task() const { return task_; }
   std::vector<std::string> DataPlane() {
     auto names = std::make_shared<std::vector<std::string>>();
@@ -94,6 +95,7 @@ class PyClient {
   const pid_t pid_ = getpid();          // of the process that connected
   std::string mode_;
   int num_ps_ = 0;
+  int num_workers_ = 0;
   int task_ = 0;
   bool done_called_ = false;
   std::vector<std::string> variables_, tables_;  // names, for messages
@@ -167,6 +169,7 @@ std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::o
   });
   c->mode_ = c->core_->client->mode();
   c->num_ps_ = c->core_->client->num_ps();
+  c->num_workers_ = c->core_->client->num_workers();
   c->task_ = o.task;
   return c;
 }
@@ -452,6 +455,8 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
       .def_property_readonly("pushes", &PyClient::pushes, "Steps pushed by this client.")
       .def_property_readonly("mode", &PyClient::mode, "The job's mode: async, sync or ssp.")
       .def_property_readonly("num_ps", &PyClient::num_ps, "The number of PS tasks.")
+      .def_property_readonly("num_workers", &PyClient::num_workers,
+                             "The number of worker tasks in the cluster (this one is `task`).")
       .def_property_readonly("task", &PyClient::task, "This worker's task index.")
       .def_property_readonly("data_plane", &PyClient::DataPlane,
                              "Per PS task, the transport its data channel took (\"grpc\" or "
@@ -463,7 +468,7 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
            "For benchmarks: seconds that `steps` pull + push of zeros take made from C++.")
       .def("__repr__", [](const PyClient& c) {
         return absl::StrCat("<pstrain.Client worker:", c.task(), " mode=", c.mode(),
-                            " num_ps=", c.num_ps(), ">");
+                            " num_ps=", c.num_ps(), " num_workers=", c.num_workers(), ">");
       });
 }
 

@@ -128,6 +128,7 @@ absl::Status Client::Impl::Connect() {
   if (!ps.ok()) return ps.status();
   ps_addresses_ = *std::move(ps);
   mode_ = resp.mode();
+  num_workers_ = resp.num_workers();
   push_dtype_ = *DtypeFromName(options_.push_dtype);  // CheckOptions accepted it
   RebuildPsClient();
   return WaitAtBarrier(kStartBarrier);
@@ -260,7 +261,7 @@ absl::Status Client::Impl::Report(bool done, const std::string& error) {
   if (loss_count_ > 0) last_loss_ = loss_sum_ / loss_count_;
   loss_sum_ = 0;
   loss_count_ = 0;
-  req.set_loss(last_loss_);
+  if (last_loss_.has_value()) req.set_loss(*last_loss_);
   req.set_done(done);
   req.set_error(error.substr(0, kMaxTextBytes));
   req.set_stale_dropped(stale_dropped_);
@@ -362,5 +363,6 @@ absl::Status Client::Done(const absl::Status& outcome) { return impl_->Done(outc
 const std::string& Client::mode() const { return impl_->mode(); }
 std::vector<std::string> Client::data_plane() const { return impl_->data_plane(); }
 int Client::num_ps() const { return impl_->num_ps(); }
+int Client::num_workers() const { return impl_->num_workers(); }
 
 }  // namespace pstrain

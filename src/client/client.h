@@ -332,6 +332,10 @@ class Client {
   std::vector<std::string> data_plane() const;
   // The number of PS tasks, from the chief.
   int num_ps() const;
+  // The number of worker tasks in the cluster, from the chief; this program is worker
+  // `ClientOptions::task` of them. A program that reads its own share of the data reads the
+  // rows whose index modulo num_workers() is its task.
+  int num_workers() const;
 
  private:
   class Impl;

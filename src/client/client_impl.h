@@ -45,6 +45,7 @@ class Client::Impl {
   const std::string& mode() const { return mode_; }
   std::vector<std::string> data_plane() const;
   int num_ps() const { return static_cast<int>(ps_addresses_.size()); }
+  int num_workers() const { return num_workers_; }
 
  private:
   absl::Status CheckUsable() const;
@@ -69,6 +70,7 @@ class Client::Impl {
   const std::unique_ptr<MasterService::Stub> master_;
   std::string mode_;
   std::vector<std::string> ps_addresses_;  // from the chief, by task
+  int num_workers_ = 0;                    // from the chief
 
   std::vector<VariableRef> variables_;  // in creation order
   DataType push_dtype_ = DT_FLOAT;      // from options_.push_dtype
@@ -100,8 +102,8 @@ class Client::Impl {
   int64_t stale_dropped_ = 0;
   double loss_sum_ = 0;  // since the last progress report
   int loss_count_ = 0;
-  double last_loss_ = 0;
-  bool stopping_ = false;  // the chief said the job is ending
+  std::optional<double> last_loss_;  // none until a push gives a loss
+  bool stopping_ = false;            // the chief said the job is ending
   bool done_ = false;
 };
 

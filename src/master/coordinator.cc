@@ -99,6 +99,7 @@ absl::Status Coordinator::Register(const RegisterRequest& req, RegisterResponse*
   resp->set_chief_incarnation(chief_incarnation_);
   if (ledger_) resp->set_heartbeat_interval_s(absl::ToDoubleSeconds(heartbeat_interval_));
   for (const std::string& a : ps_addresses_) resp->add_ps_addresses(a);
+  resp->set_num_workers(static_cast<int32_t>(workers_.size()));
   return absl::OkStatus();
 }
 
@@ -243,6 +244,7 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
     p.steps = req.steps();
     p.examples = req.examples();
     p.loss = req.loss();
+    p.has_loss = req.has_loss();
     p.done = p.done || req.done();
     if (!req.error().empty()) p.error = req.error();
     p.nonfinite_skipped = req.nonfinite_skipped();

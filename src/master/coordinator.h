@@ -30,6 +30,7 @@ struct WorkerProgress {
   int64_t steps = 0;
   int64_t examples = 0;
   double loss = 0;
+  bool has_loss = false;  // a client program may push without a loss
   bool done = false;
   std::string error;
   absl::Time last_report = absl::InfinitePast();

@@ -197,7 +197,6 @@ std::string JobResult::ToJson() const {
                       {"worker_pushes", worker_pushes},
                       {"examples", examples},
                       {"seconds", Round(seconds, 1)},
-                      {"final_loss", Round(final_loss, 4)},
                       {"ps", num_ps},
                       {"workers", num_workers},
                       {"worker_steps", worker_steps},
@@ -208,6 +207,7 @@ std::string JobResult::ToJson() const {
                       {"max_clock_gap", ps_stats.max_clock_gap()},
                       {"pulls_waited", ps_stats.pulls_waited()},
                       {"worker_stale_steps", worker_stale_steps}};
+  if (loss_reported) j["final_loss"] = Round(final_loss, 4);
   if (total_steps > 0) j["total_steps"] = total_steps;
   if (task_queue) {
     j["failures_survived"] = failures_survived();

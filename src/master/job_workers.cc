@@ -281,7 +281,7 @@ bool Job::Summarize(const std::vector<WorkerProgress>& progress, JobResult* resu
   result->worker_stale_steps.clear();
   for (const WorkerProgress& p : progress) {
     all_done = all_done && p.done;
-    if (p.steps > 0) {
+    if (p.steps > 0 && p.has_loss) {
       loss += p.loss;
       ++reporting;
     }
@@ -294,6 +294,7 @@ bool Job::Summarize(const std::vector<WorkerProgress>& progress, JobResult* resu
     max_steps = std::max(max_steps, p.steps);
   }
   result->final_loss = reporting > 0 ? loss / reporting : 0;
+  result->loss_reported = reporting > 0;
   // Sync: every worker steps with the model, so the fastest is at the global step. Async and
   // ssp: every push is an update.
   result->global_step = config_.mode == "sync" ? max_steps : result->worker_pushes;

@@ -200,6 +200,7 @@ struct JobResult {
   int64_t examples = 0;
   double seconds = 0;  // training time, from the first task started to the last finished
   double final_loss = 0;
+  bool loss_reported = false;  // some worker reported a loss (a client program need not)
   int num_ps = 0;
   int num_workers = 0;
   std::vector<int64_t> worker_steps;

@@ -26,6 +26,7 @@ ProgressView ViewOf(const std::vector<WorkerProgress>& progress, const JobResult
   view.step = result.global_step;
   view.total = result.total_steps;
   view.loss = result.final_loss;
+  view.has_loss = result.loss_reported;
   view.elapsed = elapsed;
   view.examples_per_sec = result.examples / std::max(absl::ToDoubleSeconds(elapsed), 1e-9);
   return view;
@@ -42,7 +43,8 @@ std::string ProgressLine(const ProgressView& v) {
   if (v.epochs > 0) absl::StrAppend(&line, "epoch ", v.epoch, "/", v.epochs, " ");
   absl::StrAppend(&line, "step ", v.step);
   if (v.total > 0) absl::StrAppend(&line, "/", v.total);
-  absl::StrAppendFormat(&line, " loss %.4g examples/s %.0f elapsed %s", v.loss, v.examples_per_sec,
+  if (v.has_loss) absl::StrAppendFormat(&line, " loss %.4g", v.loss);
+  absl::StrAppendFormat(&line, " examples/s %.0f elapsed %s", v.examples_per_sec,
                         WholeSeconds(v.elapsed));
   if (const double eta = EtaSeconds(v); eta >= 0) {
     absl::StrAppend(&line, " eta ", WholeSeconds(absl::Seconds(eta)));

@@ -18,6 +18,7 @@ struct ProgressView {
   int64_t step = 0;   // the global step so far
   int64_t total = 0;  // the job's length in global steps; 0 = not known (no ETA)
   double loss = 0;
+  bool has_loss = true;  // false: no worker reported a loss, and the line shows none
   double examples_per_sec = 0;
   absl::Duration elapsed;
 };

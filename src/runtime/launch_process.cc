@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -77,6 +78,22 @@ std::vector<std::string> EnvironmentWith(const std::string& tf_config,
     if (o.find('=') != std::string::npos) env.push_back(o);
   }
   return env;
+}
+
+void PrependBuiltPythonPackage(const std::string& binary, std::vector<std::string>* env) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(binary).parent_path() / "python";
+  if (!std::filesystem::is_regular_file(dir / "pstrain" / "__init__.py", ec)) return;
+  const std::string name = "PYTHONPATH=";
+  auto it = std::find_if(env->begin(), env->end(),
+                         [&](const std::string& e) { return absl::StartsWith(e, name); });
+  if (it == env->end()) {
+    env->push_back(name + dir.string());
+  } else if (it->size() == name.size()) {
+    *it = name + dir.string();
+  } else {
+    *it = absl::StrCat(name, dir.string(), ":", it->substr(name.size()));
+  }
 }
 
 // Its own process group: a terminal's Ctrl-C reaches only the launcher, which then stops the

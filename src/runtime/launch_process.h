@@ -13,6 +13,13 @@ namespace pstrain {
 // `n` distinct free TCP ports on 127.0.0.1.
 absl::StatusOr<std::vector<int>> FreePorts(int n);
 
+// Prepends to PYTHONPATH in `env` ("NAME=value" entries) the folder of the pstrain Python
+// package built beside `binary` (<its folder>/python, which holds pstrain/__init__.py in a build
+// tree), so that a worker command's `import pstrain` finds the package of the binary that
+// launched it without the user setting PYTHONPATH. Changes nothing when there is no such
+// folder: an installed binary's package is on the interpreter's own path.
+void PrependBuiltPythonPackage(const std::string& binary, std::vector<std::string>* env);
+
 // This process's environment with TF_CONFIG set to `tf_config`, each of `defaults`
 // ("NAME=value") where the environment has no NAME, and `overrides`: "NAME=value" replaces NAME,
 // a bare "NAME" removes it.

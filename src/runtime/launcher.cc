@@ -120,6 +120,7 @@ class Cluster {
       child.argv = plan_.ServerArgv(job, task, /*restarted=*/false);
     }
     child.env = plan_.Environment(job, task, defaults);
+    if (child.command) PrependBuiltPythonPackage(o_.binary, &child.env);
     if (logs_) {
       child.log = logs_->PathOf(child.name);
       std::fprintf(stderr, "pstrain launch: %s log: %s\n", child.name.c_str(), child.log.c_str());
