@@ -9,7 +9,7 @@
 
 #include "common/limits.h"
 #include "fuzz_util.h"
-#include "google/protobuf/stubs/logging.h"
+#include "protobuf_quiet.h"
 #include "transport/grpc_wire.h"
 
 namespace pstrain {
@@ -34,11 +34,6 @@ PushRequest Inlined(const PushPayload& p) {
 
 }  // namespace
 }  // namespace pstrain
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);  // protobuf logs every string that is not UTF-8
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;

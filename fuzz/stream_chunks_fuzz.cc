@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "fuzz_util.h"
-#include "google/protobuf/stubs/logging.h"
+#include "protobuf_quiet.h"
 #include "stream.pb.h"
 #include "transport/stream_chunks.h"
 
@@ -116,11 +116,6 @@ class Push {
 
 }  // namespace
 }  // namespace pstrain
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);  // protobuf logs every string that is not UTF-8
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

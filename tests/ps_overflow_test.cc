@@ -32,26 +32,6 @@ Tensor Values(std::vector<float> values) {
   return t;
 }
 
-// A variable's values and version, pulled as the chief.
-struct Pulled {
-  std::vector<float> values;
-  uint64_t version = 0;
-  bool operator==(const Pulled&) const = default;
-};
-Pulled PullAll(ParameterServer* ps, const std::string& name) {
-  PullRequest req;
-  *req.mutable_sender() = Chief();
-  req.add_names(name);
-  PullResponse resp;
-  absl::Status s = ps->Pull(req, &resp);
-  EXPECT_TRUE(s.ok()) << s;
-  if (!s.ok()) return {};
-  const std::string& data = resp.values(0).value().data();
-  std::vector<float> v(data.size() / sizeof(float));
-  std::memcpy(v.data(), data.data(), data.size());
-  return {v, resp.values(0).version()};
-}
-
 absl::Status CreateWith(ParameterServer* ps, const std::string& name, const Tensor& init,
                         const OptimizerConfig& opt) {
   CreateVariablesRequest req = CreateReq(name, init);
@@ -83,7 +63,7 @@ class OverflowTest : public ::testing::Test {
     EXPECT_TRUE(CreateWith(ps_.get(), name, start, opt).ok());
     absl::Status first = PushValues(ps_.get(), name, grad, 0);
     EXPECT_TRUE(first.ok()) << first;
-    const Pulled after_first = PullAll(ps_.get(), name);
+    const Pulled after_first = PullAsChief(ps_.get(), name);
     EXPECT_EQ(after_first.version, 1u);
     for (float v : after_first.values) EXPECT_TRUE(std::isfinite(v)) << v;
     const int64_t rejected = Stats(ps_.get()).nonfinite_rejected();
@@ -92,7 +72,7 @@ class OverflowTest : public ::testing::Test {
     EXPECT_THAT(second.message(), HasSubstr("'" + name + "'"));
     EXPECT_THAT(second.message(), HasSubstr("non-finite"));
     EXPECT_THAT(second.message(), HasSubstr("nothing of the push was applied"));
-    EXPECT_EQ(PullAll(ps_.get(), name), after_first) << "a refused push changed the variable";
+    EXPECT_EQ(PullAsChief(ps_.get(), name), after_first) << "a refused push changed the variable";
     EXPECT_EQ(Stats(ps_.get()).nonfinite_rejected(), rejected + 1);
     return after_first.values;
   }
@@ -130,9 +110,9 @@ TEST_F(OverflowTest, AdamSecondMomentOverflowIsRefusedAtTheFirstPush) {
   absl::Status s = PushValues(ps_.get(), "adam", {1.0f, 3e38f}, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(s.message(), HasSubstr("element 1"));
-  EXPECT_EQ(PullAll(ps_.get(), "adam"), (Pulled{{1.0f, -1.0f}, 0}));
+  EXPECT_EQ(PullAsChief(ps_.get(), "adam"), (Pulled{{1.0f, -1.0f}, 0}));
   ASSERT_TRUE(PushValues(ps_.get(), "adam", {1.0f, -1.0f}, 0).ok());
-  const Pulled p = PullAll(ps_.get(), "adam");
+  const Pulled p = PullAsChief(ps_.get(), "adam");
   EXPECT_EQ(p.version, 1u);
   // Adam's first step moves each weight by lr against the gradient's sign.
   EXPECT_NEAR(p.values[0], 0.99f, 1e-6);
@@ -148,9 +128,9 @@ TEST_F(OverflowTest, RmsPropAndFtrlSlotOverflowsAreRefused) {
     absl::Status s = PushValues(ps_.get(), name, {g}, 0);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr("non-finite"));
-    EXPECT_EQ(PullAll(ps_.get(), name), (Pulled{{0.5f}, 0}));
+    EXPECT_EQ(PullAsChief(ps_.get(), name), (Pulled{{0.5f}, 0}));
     ASSERT_TRUE(PushValues(ps_.get(), name, {1.0f}, 0).ok()) << "a small gradient still applies";
-    EXPECT_EQ(PullAll(ps_.get(), name).version, 1u);
+    EXPECT_EQ(PullAsChief(ps_.get(), name).version, 1u);
   }
 }
 
@@ -171,8 +151,8 @@ TEST_F(OverflowTest, APushIsRefusedWholeWhenOneOfItsUpdatesWouldOverflow) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr("'b'"));
     EXPECT_EQ(resp.versions_size(), 0);
-    EXPECT_EQ(PullAll(ps_.get(), "a"), (Pulled{{0.0f}, 0})) << "the good half was applied";
-    EXPECT_EQ(PullAll(ps_.get(), "b"), (Pulled{{-kBig}, 0}));
+    EXPECT_EQ(PullAsChief(ps_.get(), "a"), (Pulled{{0.0f}, 0})) << "the good half was applied";
+    EXPECT_EQ(PullAsChief(ps_.get(), "b"), (Pulled{{-kBig}, 0}));
   }
   EXPECT_EQ(Stats(ps_.get()).nonfinite_rejected(), 2);
 }
@@ -255,10 +235,10 @@ TEST(OverflowSyncTest, AStepWhoseAverageWouldOverflowIsNotApplied) {
   std::unique_ptr<ParameterServer> ps = MakePs(&config);
   ASSERT_TRUE(CreateWith(ps.get(), "w", Values({-kBig}), Sgd(1.0)).ok());
   ASSERT_TRUE(PushValues(ps.get(), "w", {kBig}, 0).ok());
-  EXPECT_EQ(PullAll(ps.get(), "w"), (Pulled{{-kBig}, 1}));
+  EXPECT_EQ(PullAsChief(ps.get(), "w"), (Pulled{{-kBig}, 1}));
   EXPECT_EQ(Stats(ps.get()).nonfinite_rejected(), 1);
   ASSERT_TRUE(PushValues(ps.get(), "w", {-1e38f}, 1).ok());
-  EXPECT_EQ(PullAll(ps.get(), "w"), (Pulled{{-kBig + 1e38f}, 2}));
+  EXPECT_EQ(PullAsChief(ps.get(), "w"), (Pulled{{-kBig + 1e38f}, 2}));
 }
 
 }  // namespace

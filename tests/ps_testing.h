@@ -133,6 +133,27 @@ inline bool Eventually(const std::function<bool()>& cond) {
   return cond();
 }
 
+// A variable's values and version, pulled from `ps` as `chief`. A failed pull fails the test and
+// reads as empty.
+struct Pulled {
+  std::vector<float> values;
+  uint64_t version = 0;
+  bool operator==(const Pulled&) const = default;
+};
+inline Pulled PullAsChief(ParameterServer* ps, const std::string& name,
+                          const Sender& chief = Chief()) {
+  PullRequest req;
+  *req.mutable_sender() = chief;
+  req.add_names(name);
+  PullResponse resp;
+  absl::Status s = ps->Pull(req, &resp);
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return {};
+  absl::StatusOr<Tensor> t = DecodeTensor(resp.values(0).value());
+  EXPECT_TRUE(t.ok()) << t.status();
+  return {t.ok() ? t->values : std::vector<float>{}, resp.values(0).version()};
+}
+
 // Version and first element of a variable, pulled as the chief.
 struct State {
   uint64_t version = 0;
@@ -140,15 +161,8 @@ struct State {
   bool operator==(const State&) const = default;
 };
 inline State Read(ParameterServer* ps, const std::string& name) {
-  PullRequest req;
-  *req.mutable_sender() = Chief();
-  req.add_names(name);
-  PullResponse resp;
-  absl::Status s = ps->Pull(req, &resp);
-  EXPECT_TRUE(s.ok()) << s;
-  if (!s.ok()) return {};
-  return {resp.values(0).version(),
-          reinterpret_cast<const float*>(resp.values(0).value().data().data())[0]};
+  const Pulled p = PullAsChief(ps, name);
+  return {p.version, p.values.empty() ? 0.0f : p.values[0]};
 }
 
 inline StatsResponse Stats(ParameterServer* ps) {

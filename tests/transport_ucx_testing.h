@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "local_ps_testing.h"
 #include "ps/ps.h"
+#include "ps_testing.h"
 #include "transport/ucx.h"
 
 namespace pstrain::ucx_testing {
@@ -62,15 +63,7 @@ struct LocalPs : ps_testing::LocalPs {
   }
   // The variable's value read from the PS directly.
   std::vector<float> Value(const std::string& name) {
-    PullRequest req;
-    *req.mutable_sender() = Chief();
-    req.add_names(name);
-    PullResponse resp;
-    absl::Status s = ps->Pull(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return {};
-    absl::StatusOr<Tensor> t = DecodeTensor(resp.values(0).value());
-    return t.ok() ? t->values : std::vector<float>{};
+    return ps_testing::PullAsChief(ps.get(), name, Chief()).values;
   }
 
   std::unique_ptr<DataHandler> handler;
