@@ -13,6 +13,7 @@
 #include "ctr_testing.h"
 #include "gmock/gmock.h"
 #include "master/checkpoint_manifest.h"
+#include "nlohmann/json.hpp"
 #include "testing.h"
 
 namespace pstrain::testing {
@@ -56,6 +57,38 @@ TEST_F(CheckpointClusterTest, WideDeepFromTwoPsRestoresBitIdenticallyIntoOneAndT
   ASSERT_FALSE(original->variables.empty());
   EXPECT_EQ(original->variables[0].slots.size(), 2u);  // adam: exp_avg, exp_avg_sq
   EXPECT_GT(original->variables[0].update_count, 0);
+  {  // `pstrain checkpoint inspect` reads the same outside the job
+    Result inspect = RunTagged({PSTRAIN_BINARY, "checkpoint", "inspect", saved, "--json"}, {}, 60);
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    const nlohmann::json j = nlohmann::json::parse(inspect.out);
+    EXPECT_EQ(j["path"], original->path);
+    EXPECT_EQ(j["global_step"], original->global_step);
+    EXPECT_EQ(j["num_ps"], 2);
+    EXPECT_TRUE(j["ledger"].is_object()) << j.dump();
+    ASSERT_EQ(j["variables"].size(), original->variables.size());
+    for (size_t i = 0; i < original->variables.size(); ++i) {
+      const LoadedCheckpoint::Variable& v = original->variables[i];
+      const nlohmann::json& got = j["variables"][i];
+      EXPECT_EQ(got["name"], v.name);
+      EXPECT_EQ(got["shape"].get<std::vector<int64_t>>(), v.shape);
+      EXPECT_EQ(got["shards"], v.pieces.size());
+      EXPECT_EQ(got["optimizer"], "adam");
+      EXPECT_EQ(got["slots"], nlohmann::json({"exp_avg", "exp_avg_sq"}));
+      EXPECT_EQ(got["version"], v.version);
+    }
+    ASSERT_EQ(j["tables"].size(), original->tables.size());
+    for (size_t i = 0; i < original->tables.size(); ++i) {
+      EXPECT_EQ(j["tables"][i]["name"], original->tables[i].name);
+      EXPECT_EQ(j["tables"][i]["dim"], original->tables[i].dim);
+      EXPECT_EQ(j["tables"][i]["rows"], original->tables[i].keys.size());
+      EXPECT_EQ(j["tables"][i]["optimizer"], "adam");
+    }
+    Result table = RunTagged({PSTRAIN_BINARY, "checkpoint", "inspect", saved}, {}, 60);
+    ASSERT_EQ(table.exit_code, 0) << table.err;
+    EXPECT_THAT(table.out, HasSubstr("checkpoint " + original->path + ": global step " +
+                                     std::to_string(original->global_step) + ", saved by 2 ps"));
+    EXPECT_THAT(table.out, HasSubstr(original->tables[0].name));
+  }
   for (int num_ps : {1, 3}) {
     SCOPED_TRACE(absl::StrCat(num_ps, " ps"));
     const std::string path =
@@ -182,6 +215,11 @@ TEST_F(CheckpointClusterTest, CorruptedOrTruncatedPartIsNamedAndThePreviousOneUs
   ASSERT_FALSE(direct.ok());
   EXPECT_THAT(direct.status().message(), HasSubstr(newest + "/ps-0.ckpt"));
   EXPECT_THAT(direct.status().message(), HasSubstr("checksum mismatch"));
+  Result inspect = RunTagged({PSTRAIN_BINARY, "checkpoint", "inspect", newest}, {}, 60);
+  EXPECT_EQ(inspect.exit_code, 1);
+  EXPECT_THAT(inspect.err, HasSubstr("pstrain checkpoint inspect: error: " + newest +
+                                     "/ps-0.ckpt: checksum mismatch"));
+  EXPECT_EQ(inspect.out, "");
   Result r = RunTagged(
       Launch({"--data", MnistDir(), "--hidden", "16", "--epochs", "1", "--restore_from", root}), {},
       180);

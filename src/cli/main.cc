@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/bench.h"
+#include "cli/checkpoint_command.h"
 #include "cli/gen_certs.h"
 #include "cli/gen_criteo.h"
 #include "cli/training_flags.h"
@@ -219,6 +220,7 @@ int main(int argc, char** argv) {
 
   pstrain::GenCriteoCommand gen_criteo(&app);
   pstrain::GenCertsCommand gen_certs(&app);
+  pstrain::CheckpointCommand checkpoint(&app);
   pstrain::BenchCommand bench(&app);
 
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -237,13 +239,13 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> parse_argv = {argv[0]};
   for (std::string& a : args) parse_argv.push_back(a.data());
-  const std::vector<std::string> commands = {"server", "launch", "gen-criteo", "gen-certs",
-                                             "bench"};
+  const std::vector<std::string> commands = {"server",    "launch",     "gen-criteo",
+                                             "gen-certs", "checkpoint", "bench"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     Print("pstrain", "error",
           absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
-                       " (commands: server, launch, gen-criteo, gen-certs, bench)"));
+                       " (commands: server, launch, gen-criteo, gen-certs, checkpoint, bench)"));
     return 2;
   }
   try {
@@ -259,17 +261,26 @@ int main(int argc, char** argv) {
                           : *srv                ? srv
                           : gen_criteo.chosen() ? gen_criteo.app()
                           : gen_certs.chosen()  ? gen_certs.app()
+                          : checkpoint.chosen() ? checkpoint.app()
                           : bench.chosen()      ? bench.app()
                                                 : &app;
-    const std::string command = sub == &app ? "pstrain" : "pstrain " + sub->get_name();
+    // "pstrain checkpoint inspect": the names of the subcommands, which the flags follow.
+    std::string command = "pstrain";
+    size_t depth = 0;
+    for (const CLI::App* a = sub; a != &app; a = a->get_parent(), ++depth) {
+      command.insert(7, " " + a->get_name());
+    }
     std::string unknown = UnknownFlag(
-        sub, std::vector<std::string>(args.begin() + (sub == &app ? 0 : 1), args.end()));
+        sub,
+        std::vector<std::string>(
+            args.begin() + static_cast<std::ptrdiff_t>(std::min(depth, args.size())), args.end()));
     Print(command, "error", unknown.empty() ? std::string(e.what()) : unknown);
     return 2;
   }
 
   if (gen_criteo.chosen()) return gen_criteo.Run();
   if (gen_certs.chosen()) return gen_certs.Run();
+  if (checkpoint.chosen()) return checkpoint.Run();
   if (bench.chosen()) return bench.Run(SelfPath(argv[0]));
 
   if (*lch) {

@@ -239,6 +239,15 @@ struct JobResult {
 // (8 GiB: the chief draws initial values in its memory) are refused.
 absl::StatusOr<JobResult> RunJob(const MasterOptions& options);
 
+// `pstrain checkpoint inspect`: what the checkpoint at `path` holds, read and checked as a
+// restore reads it (a ckpt-<step> directory, or a root whose newest valid checkpoint is used).
+// As JSON (`json`): {"path", "global_step", "num_ps", "ledger": {"tasks", "applied", "redone",
+// "epochs", "rows", "task_rows"} or null, "variables": [{"name", "shape", "shards", "optimizer",
+// "slots", "version", "update_count"}], "tables": [{"name", "dim", "rows", "optimizer",
+// "version"}]}; else the same as a readable table. Errors as the restore's: the file and what is
+// wrong with it (docs/checkpoints.md).
+absl::StatusOr<std::string> InspectCheckpoint(const std::string& path, bool json);
+
 // Ends every RunJob running in this process early, e.g. from the thread that handles SIGINT and
 // SIGTERM: each shuts every task down with job_succeeded = false and returns
 // Cancelled("stopped by <reason>"). Thread-safe and async-signal-unsafe (call it from a thread,
