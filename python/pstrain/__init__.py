@@ -21,13 +21,14 @@ import difflib as _difflib
 from . import errors
 from .errors import *  # noqa: F401,F403 (the exception classes, also at top level)
 from . import init, optim
+from .checkpoint import Checkpoint, load_checkpoint
 from ._pstrain import Client, ClusterSpec, cluster_from_tf_config
 from . import _pstrain
 
 Client.__module__ = ClusterSpec.__module__ = cluster_from_tf_config.__module__ = __name__
 
-__all__ = ["Client", "ClusterSpec", "Server", "cluster_from_tf_config", "errors", "init",
-           "optim"] + errors.__all__
+__all__ = ["Checkpoint", "Client", "ClusterSpec", "Server", "cluster_from_tf_config", "errors",
+           "init", "load_checkpoint", "optim"] + errors.__all__
 
 
 def _flag_args(flags):

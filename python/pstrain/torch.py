@@ -22,9 +22,11 @@ import torch
 from torch import nn
 
 from . import init as _init
+from .checkpoint import Checkpoint, load_checkpoint
 from .errors import FailedPreconditionError, InvalidArgumentError
 
-__all__ = ["distribute", "DistributedModule", "Embedding", "default_initializer"]
+__all__ = ["distribute", "DistributedModule", "Embedding", "default_initializer",
+           "load_state_dict"]
 
 
 def _seed(name):
@@ -321,3 +323,33 @@ class Embedding(nn.Module):
             (leaf.grad.numpy() if leaf.grad is not None
              else np.zeros((len(k), self.dim), dtype=np.float32)) for k, leaf in pending])
         return keys, grads
+
+
+def load_state_dict(module, checkpoint, strict=True):
+    """Fills the parameters of a plain ``module`` from a checkpoint (a path, as
+    :func:`pstrain.load_checkpoint` takes, or a :class:`pstrain.Checkpoint`), by name: the
+    variable named as the parameter's qualified name in ``module.named_parameters()`` (the names
+    :func:`distribute` gives), so a trained model is evaluated or served with PyTorch alone.
+
+    A parameter the checkpoint lacks raises :class:`pstrain.InvalidArgumentError` listing them
+    (with ``strict=False`` it keeps its value); a shape that differs always raises, naming the
+    parameter and both shapes, before any parameter is changed. Returns the names of the
+    checkpoint's variables that no parameter took (``Embedding`` tables are in
+    ``Checkpoint.tables``)."""
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    params = dict(module.named_parameters())
+    missing = [name for name in params if name not in ckpt.variables]
+    if strict and missing:
+        raise InvalidArgumentError(
+            "load_state_dict: the checkpoint %s has no variable for the parameters %s"
+            % (ckpt.path, ", ".join(missing)))
+    for name, p in params.items():
+        if name in ckpt.variables and tuple(p.shape) != ckpt.variables[name].shape:
+            raise InvalidArgumentError(
+                "load_state_dict: parameter %s has shape %s, the checkpoint's variable %s"
+                % (name, tuple(p.shape), ckpt.variables[name].shape))
+    with torch.no_grad():
+        for name, p in params.items():
+            if name in ckpt.variables:
+                p.copy_(torch.from_numpy(ckpt.variables[name]))
+    return [name for name in ckpt.variables if name not in params]

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_pstrain, m) {
   pstrain::python::BindCluster(m);
   pstrain::python::BindServer(m);
   pstrain::python::BindClient(m);
+  pstrain::python::BindCheckpoint(m);
 }
