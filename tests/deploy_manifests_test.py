@@ -1,8 +1,10 @@
 """Static checks of deploy/: the Kubeflow TFJob and the plain Kubernetes manifests parse as YAML
-(Debian's python3-yaml) and hold what the operator and Kubernetes need, every flag they give
-`pstrain server` is one it has, their commands run here with their TF_CONFIG (moved to
-127.0.0.1) until they wait for the tasks that do not come, and the Dockerfile builds the image
-they name from Debian 12 with the repository's setup script.
+(Debian's python3-yaml) and hold what the operator and Kubernetes need (and what recovery needs: a
+failed task restarted, the chief resuming from a ReadWriteMany claim every PS mounts), every
+flag they give `pstrain server` is one it has, their commands run here with their TF_CONFIG
+(moved to 127.0.0.1) until they wait for the tasks that do not come, and the Dockerfile builds
+the image they name from Debian 12 with the repository's setup script. The restarts themselves
+are run across hosts by netns_cluster_test.py.
 """
 
 import json
@@ -25,6 +27,7 @@ DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 IMAGE = "pstrain:latest"
 GRPC_PORT = 2222
 ROLES = {"Chief": ("chief", 1), "PS": ("ps", 2), "Worker": ("worker", 2)}
+CLAIM = "pstrain-checkpoints"
 
 
 def documents(name):
@@ -92,45 +95,76 @@ def check_pod(pod, server_flags, container_name, chief):
     return ports, flags
 
 
+def check_claim(docs):
+    """The PersistentVolumeClaim the chief and the PS share: ReadWriteMany."""
+    claims = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert len(claims) == 1 and claims[0]["metadata"]["name"] == CLAIM, claims
+    assert claims[0]["spec"]["accessModes"] == ["ReadWriteMany"], claims[0]["spec"]
+
+
+def check_recovery(pod, role, flags, checkpoint_dirs):
+    """A task that fails is restarted; the chief resumes from the claim's volume, which every
+    PS mounts at the same path (each writes its part there)."""
+    assert pod["spec"]["restartPolicy"] == "OnFailure", pod["spec"]
+    c = pod["spec"]["containers"][0]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+              if "persistentVolumeClaim" in v}
+    shared = {path for path, name in mounts.items() if claims.get(name) == CLAIM}
+    if role == "chief":
+        assert flags.get("--resume") in shared, (flags, mounts)
+        assert "--checkpoint_dir" not in flags and "--restore_from" not in flags, flags
+    if role in ("chief", "ps"):
+        assert len(shared) == 1, (role, mounts, claims)
+        checkpoint_dirs.add(shared.pop())
+
+
 def test_tfjob_has_the_replicas_the_operator_runs(server_flags):
     docs = documents("tfjob.yaml")
-    assert len(docs) == 1, [d.get("kind") for d in docs]
-    job = docs[0]
+    check_claim(docs)
+    jobs = [d for d in docs if d["kind"] != "PersistentVolumeClaim"]
+    assert len(jobs) == 1, [d.get("kind") for d in docs]
+    job = jobs[0]
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "TFJob", job
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"]), job
+    assert job["spec"]["runPolicy"]["backoffLimit"] > 0, job["spec"]["runPolicy"]
     replicas = job["spec"]["tfReplicaSpecs"]
     assert set(replicas) == set(ROLES), sorted(replicas)
+    checkpoint_dirs = set()
     for kind, (role, count) in ROLES.items():
         r = replicas[kind]
         assert r["replicas"] == count, (kind, r["replicas"])
-        # A pstrain task started again is refused by its job: never restart one.
-        assert r["restartPolicy"] == "Never", (kind, r["restartPolicy"])
+        # A pstrain task that fails is started again and rejoins its job.
+        assert r["restartPolicy"] == "OnFailure", (kind, r["restartPolicy"])
         # The operator sets TF_CONFIG on the container named "tensorflow" and takes the
         # cluster's port from the one named "tfjob-port".
         ports, flags = check_pod(r["template"], server_flags, "tensorflow", role == "chief")
+        r["template"]["spec"].setdefault("restartPolicy", r["restartPolicy"])
+        check_recovery(r["template"], role, flags, checkpoint_dirs)
         assert ports[GRPC_PORT] == "tfjob-port", (kind, ports)
         # The role comes from the operator's TF_CONFIG, not from flags.
         assert "--job" not in flags and "--task" not in flags, (kind, flags)
         env = {e["name"] for e in r["template"]["spec"]["containers"][0].get("env", [])}
         assert "TF_CONFIG" not in env, "the operator sets TF_CONFIG (%s)" % kind
+    assert len(checkpoint_dirs) == 1, checkpoint_dirs
 
 
 def test_plain_manifest_names_its_own_service_and_jobs(server_flags):
     docs = documents("plain.yaml")
+    check_claim(docs)
     services = [d for d in docs if d["kind"] == "Service"]
     jobs = [d for d in docs if d["kind"] == "Job"]
-    assert len(services) == 1 and len(jobs) + 1 == len(docs), [d["kind"] for d in docs]
+    assert len(services) == 1 and len(jobs) + 2 == len(docs), [d["kind"] for d in docs]
     service = services[0]
     assert service["apiVersion"] == "v1", service
     assert service["spec"]["clusterIP"] == "None", "the Service must be headless"
     assert GRPC_PORT in [p["port"] for p in service["spec"]["ports"]], service["spec"]
     selector = service["spec"]["selector"]
-    clusters, tasks = [], set()
+    clusters, tasks, checkpoint_dirs = [], set(), set()
     for job in jobs:
         assert job["apiVersion"] == "batch/v1", job["apiVersion"]
-        assert job["spec"]["backoffLimit"] == 0, job["metadata"]["name"]
+        assert job["spec"]["backoffLimit"] > 0, job["metadata"]["name"]
         pod = job["spec"]["template"]
-        assert pod["spec"]["restartPolicy"] == "Never", job["metadata"]["name"]
         labels = pod["metadata"]["labels"]
         assert all(labels.get(k) == v for k, v in selector.items()), (selector, labels)
         assert pod["spec"]["subdomain"] == service["metadata"]["name"], pod["spec"]
@@ -142,10 +176,12 @@ def test_plain_manifest_names_its_own_service_and_jobs(server_flags):
         host = "%s.%s" % (pod["spec"]["hostname"], service["metadata"]["name"])
         own = tf_config["cluster"][task["type"]][task["index"]]
         assert own == "%s:%d" % (host, GRPC_PORT), (own, host)
-        check_pod(pod, server_flags, "pstrain", task["type"] == "chief")
+        _, flags = check_pod(pod, server_flags, "pstrain", task["type"] == "chief")
+        check_recovery(pod, task["type"], flags, checkpoint_dirs)
         clusters.append(tf_config["cluster"])
         tasks.add((task["type"], task["index"]))
     assert all(c == clusters[0] for c in clusters), "every Job must name the same cluster"
+    assert len(checkpoint_dirs) == 1, checkpoint_dirs
     expected = {(role, i) for role, count in ROLES.values() for i in range(count)}
     assert tasks == expected, sorted(tasks)
     assert {k: len(v) for k, v in clusters[0].items()} == {
@@ -163,7 +199,8 @@ def run_here(container, tf_config, tmp_path):
     token.write_text("deploy-test-token\n")
     local = {"--auth_token_file": str(token), "--connect_timeout": "1",
              "--metrics_port": str(free_ports(1)[0]),
-             "--data": os.path.join(SOURCE_DIR, "data", "mnist")}
+             "--data": os.path.join(SOURCE_DIR, "data", "mnist"),
+             "--resume": str(tmp_path / "checkpoints")}
     argv = [BINARY] + container["command"][1:2]
     for name, value in flag_values(container["command"]).items():
         argv += [name] if value is None else ["%s=%s" % (name, local.get(name, value))]
@@ -175,7 +212,7 @@ def run_here(container, tf_config, tmp_path):
 
 
 def test_the_manifests_commands_start_with_their_tf_config(tmp_path):
-    job = documents("tfjob.yaml")[0]
+    job = [d for d in documents("tfjob.yaml") if d["kind"] == "TFJob"][0]
     for kind, (role, count) in ROLES.items():
         # TF_CONFIG as the operator writes it: a Service name per pod, and "environment".
         name = job["metadata"]["name"]

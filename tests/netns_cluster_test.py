@@ -1,7 +1,8 @@
 """A multi-host run on one machine: chief, 2 PS and 2 workers, each `pstrain server` in a network
 namespace of its own with its own address (10.199.0.1-5/24 on veth pairs joined by a bridge in
 one more namespace), the cluster in TF_CONFIG naming those addresses, a job token on every task.
-The MNIST MLP trains to test accuracy >= 0.9.
+The MNIST MLP trains to test accuracy >= 0.9, also when a PS and a worker are killed and
+started again on their addresses, as pods restarted by Kubernetes are.
 
 It needs root (ip netns); a namespace that cannot be made fails the test. The namespaces carry
 this process's PID in their names, so runs side by side do not clash, and they are deleted (and
@@ -9,12 +10,14 @@ every process killed) however the test ends; those of a run that was killed outr
 by the next one.
 """
 
+import glob
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -99,49 +102,117 @@ def network():
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_five_namespaces_train_mnist(network, tmp_path):
-    assert BINARY and os.path.exists(BINARY), "PSTRAIN_BINARY=%r is not built" % BINARY
+class Cluster:
+    """The five tasks, each `pstrain server` in its namespace under one job token; a task is
+    started again on its own address as a pod restart would start it."""
+
+    def __init__(self, network, tmp_path, chief_flags):
+        assert BINARY and os.path.exists(BINARY), "PSTRAIN_BINARY=%r is not built" % BINARY
+        self.network, self.tmp_path, self.chief_flags = network, tmp_path, chief_flags
+        addresses = network.build()
+        self.spec = {"chief": [], "ps": [], "worker": []}
+        for (job, _), address in zip(TASKS, addresses):
+            self.spec[job].append("%s:%d" % (address, PORT))
+        self.token = tmp_path / "token"
+        self.token.write_text("netns-test-token-%d\n" % os.getpid())
+        self.token.chmod(0o600)
+        self.tag = "netns-%d" % os.getpid()
+        self.processes = {}  # (job, index) -> the running Process
+        self.all = []
+        for job, index in TASKS:
+            self.start(job, index)
+
+    def start(self, job, index):
+        env = dict(os.environ, PSTRAIN_TEST_TAG=self.tag, TF_CONFIG=json.dumps(
+            {"cluster": self.spec, "task": {"type": job, "index": index}}))
+        argv = ["ip", "netns", "exec", self.network.namespace(job, index), BINARY, "server",
+                "--auth_token_file", str(self.token), "--connect_timeout", "60"]
+        if job == "chief":
+            argv += self.chief_flags
+        runs = sum(1 for p in self.all if p.name.startswith("%s%d" % (job, index)))
+        p = Process("%s%d%s" % (job, index, "" if runs == 0 else "-run%d" % runs), argv, env,
+                    str(self.tmp_path))
+        self.processes[(job, index)] = p
+        self.all.append(p)
+        return p
+
+    def output(self):
+        return "\n".join(p.output() for p in self.all)
+
+    def result(self):
+        """The chief's result line, once every task exited 0."""
+        chief = self.processes[("chief", 0)]
+        code = chief.wait(TIMEOUT_S)
+        assert code == 0, "chief exited %d\n%s" % (code, self.output())
+        for key, p in self.processes.items():
+            assert p.wait(30) == 0, "%s did not exit 0\n%s" % (p.name, self.output())
+        results = [l for l in chief.stdout.splitlines() if l.startswith("{")]
+        assert results, "no result line\n" + self.output()
+        return json.loads(results[-1])
+
+    def stop(self):
+        for p in self.all:
+            p.kill()
+        for pid in tagged_pids(self.tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(condition, what, cluster):
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("no %s after %ds\n%s" % (what, TIMEOUT_S, cluster.output()))
+        time.sleep(0.05)
+
+
+def mnist():
     data = os.path.join(SOURCE_DIR, "data", "mnist")
     assert os.path.isdir(data), "run scripts/setup.sh (no %s)" % data
-    addresses = network.build()
-    spec = {"chief": [], "ps": [], "worker": []}
-    for (job, _), address in zip(TASKS, addresses):
-        spec[job].append("%s:%d" % (address, PORT))
-    token = tmp_path / "token"
-    token.write_text("netns-test-token-%d\n" % os.getpid())
-    token.chmod(0o600)
-    tag = "netns-%d" % os.getpid()
-    processes = []
+    return data
+
+
+def test_five_namespaces_train_mnist(network, tmp_path):
+    cluster = Cluster(network, tmp_path, ["--data", mnist(), "--epochs", "1", "--hidden", "64",
+                                          "--batch", "64", "--optimizer", "adam", "--lr",
+                                          "0.001"])
     try:
-        for job, index in TASKS:
-            env = dict(os.environ, PSTRAIN_TEST_TAG=tag, TF_CONFIG=json.dumps(
-                {"cluster": spec, "task": {"type": job, "index": index}}))
-            argv = ["ip", "netns", "exec", network.namespace(job, index), BINARY, "server",
-                    "--auth_token_file", str(token), "--connect_timeout", "60"]
-            if job == "chief":
-                argv += ["--data", data, "--epochs", "1", "--hidden", "64", "--batch", "64",
-                         "--optimizer", "adam", "--lr", "0.001"]
-            processes.append(Process("%s%d" % (job, index), argv, env, str(tmp_path)))
-        chief = processes[0]
-        code = chief.wait(TIMEOUT_S)
-        everything = "\n".join(p.output() for p in processes)
-        assert code == 0, "chief exited %d\n%s" % (code, everything)
-        for p in processes[1:]:
-            assert p.wait(30) == 0, "%s did not exit 0\n%s" % (p.name, everything)
-        results = [l for l in chief.stdout.splitlines() if l.startswith("{")]
-        assert results, "no result line\n" + everything
-        result = json.loads(results[-1])
+        result = cluster.result()
         print("netns job: test_accuracy %.4f in %.1fs" % (result["test_accuracy"],
                                                           result["seconds"]))
         assert result["test_accuracy"] >= TARGET, result
         assert result["ps"] == 2 and result["workers"] == 2, result
         assert all(s > 0 for s in result["worker_steps"]), result
         # Each task served on its own namespace's address, not on 127.0.0.1.
-        for p, (job, index) in zip(processes, TASKS):
-            address = spec[job][index]
+        for (job, index), p in cluster.processes.items():
+            address = cluster.spec[job][index]
             assert "serving on %s" % address in p.stderr or job == "chief", p.output()
     finally:
-        for p in processes:
-            p.kill()
-        for pid in tagged_pids(tag):
-            os.kill(pid, signal.SIGKILL)
+        cluster.stop()
+
+
+def test_a_ps_and_a_worker_killed_and_started_again_on_their_hosts(network, tmp_path):
+    """What a pod restart does on Kubernetes (deploy/kubernetes): the chief, started with
+    --resume on a directory every PS writes, rolls the job back to its checkpoint when ps:1
+    comes back, and hands worker:1's task out again when it does; every task is applied once."""
+    ckpt = tmp_path / "checkpoints"
+    cluster = Cluster(network, tmp_path, [
+        "--data", mnist(), "--epochs", "3", "--hidden", "64", "--batch", "64", "--optimizer",
+        "adam", "--lr", "0.001", "--resume", str(ckpt), "--checkpoint_every_steps", "200"])
+    chief = cluster.processes[("chief", 0)]
+    try:
+        wait_for(lambda: glob.glob(str(ckpt / "ckpt-*" / "manifest.json")), "first checkpoint",
+                 cluster)
+        cluster.processes[("ps", 1)].kill()
+        cluster.start("ps", 1)
+        wait_for(lambda: "generation 2 started" in chief.stderr, "rollback", cluster)
+        cluster.processes[("worker", 1)].kill()
+        cluster.start("worker", 1)
+        result = cluster.result()
+        print("netns job with restarts: test_accuracy %.4f, rollbacks %d, workers replaced %d"
+              % (result["test_accuracy"], result["rollbacks"], result["workers_replaced"]))
+        assert result["tasks_applied_once"] is True, result
+        assert result["rollbacks"] == 1 and result["failures_survived"] >= 2, result
+        assert result["test_accuracy"] >= TARGET, result
+        assert "ps:1 restarted" in chief.stderr, chief.stderr
+    finally:
+        cluster.stop()
