@@ -54,7 +54,7 @@ test: build
 
 test-sanitize: setup-test
 	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTRAIN_BUILD_TESTS=ON \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
 	  -DPSTRAIN_SANITIZE=address,undefined >/dev/null
 	bash scripts/test_sanitize.sh $(SANITIZE_BUILD) $(JOBS)
 
