@@ -40,7 +40,9 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 start=$(date +%s)
 cd "$BUILD"
 status=0
-ctest -L unit --output-on-failure -j"$JOBS" --timeout 900 || status=1
+# The peak-memory test is left out: AddressSanitizer's quarantine keeps freed memory resident,
+# so the process's peak says nothing of pstrain's copies.
+ctest -L unit -E 'PeakMemory' --output-on-failure -j"$JOBS" --timeout 900 || status=1
 ctest -R "$CLUSTER_CTEST" --output-on-failure -j"$JOBS" --timeout 900 || status=1
 echo "test-sanitize: $(( $(date +%s) - start )) s of tests, $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status

@@ -68,7 +68,7 @@ class Writer {
   }
 
   void Bytes(const void* p, size_t n) {
-    if (!status_.ok()) return;
+    if (!status_.ok() || n == 0) return;  // an empty string or array may have no memory at all
     XXH3_64bits_update(state_.get(), p, n);
     written_ += static_cast<int64_t>(n);
     if (used_ + n <= kBufferBytes) {
