@@ -13,6 +13,11 @@
 namespace pstrain {
 namespace {
 
+// The bytes of `src` copied to `dst`, which may be null when there are none (an empty vector's).
+void CopyBytes(void* dst, const std::string& src) {
+  if (!src.empty()) std::memcpy(dst, src.data(), src.size());
+}
+
 absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
 }
@@ -184,7 +189,7 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
                  " last-update bytes do not agree");
     }
     std::vector<uint64_t> keys(n);
-    std::memcpy(keys.data(), t.keys().data(), t.keys().size());
+    CopyBytes(keys.data(), t.keys());
     absl::flat_hash_set<uint64_t> seen(keys.begin(), keys.end());
     if (static_cast<int64_t>(seen.size()) != n) {
       return Bad("import of ", TableWhere(t.table()), ": a key is given twice");
@@ -204,7 +209,9 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     const auto slots = vars[i]->optimizer->mutable_slots();
     for (int j = 0; j < v.slots_size(); ++j) {
       const float* data = *TensorData(v.slots(j).value(), vars[i]->shape, "slot");
-      std::memcpy(slots[j].second, data, vars[i]->values->size() * sizeof(float));
+      if (!vars[i]->values->empty()) {
+        std::memcpy(slots[j].second, data, vars[i]->values->size() * sizeof(float));
+      }
     }
     vars[i]->applied.Replace(v.applied());
   }
@@ -214,10 +221,10 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     std::vector<uint64_t> keys(n), last(n);
     std::vector<float> floats(t.floats().size() / sizeof(float));
     std::vector<uint32_t> steps(t.step_counts().size() / sizeof(uint32_t));
-    std::memcpy(keys.data(), t.keys().data(), t.keys().size());
-    std::memcpy(last.data(), t.last_update().data(), t.last_update().size());
-    std::memcpy(floats.data(), t.floats().data(), t.floats().size());
-    std::memcpy(steps.data(), t.step_counts().data(), t.step_counts().size());
+    CopyBytes(keys.data(), t.keys());
+    CopyBytes(last.data(), t.last_update());
+    CopyBytes(floats.data(), t.floats());
+    CopyBytes(steps.data(), t.step_counts());
     absl::MutexLock lock(&tables[i]->mu);
     tables[i]->rows->Import(t.version(), keys.data(), n, floats.data(),
                             steps.empty() ? nullptr : steps.data(), last.data());
