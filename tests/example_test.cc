@@ -219,6 +219,9 @@ TEST(ClientApiTest, ABarrierTimeoutNamesTheWorkerThatHasNotArrived) {
                             "--mode", "sync", "--connect_timeout", "60"},
                            env("chief"));
   const Proc ps = Start({PSTRAIN_BINARY, "server"}, env("ps"));
+  // The 15 s below is the barrier's deadline, not time for the tasks to start: wait for them.
+  ASSERT_TRUE(WaitUntilListening(ports[0]) && WaitUntilListening(ports[1]))
+      << "the chief or the PS does not serve";
   absl::StatusOr<std::unique_ptr<Client>> late;
   std::thread connect_late(
       [&] { late = Client::Connect({.chief = addr(0), .task = 1, .timeout = absl::Seconds(60)}); });

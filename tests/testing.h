@@ -169,6 +169,24 @@ inline std::vector<int> FreePorts(int n) {
   return ports;
 }
 
+// Waits until something accepts TCP connections on 127.0.0.1:`port` (a task that started
+// serving); false after `timeout_s`.
+inline bool WaitUntilListening(int port, double timeout_s = 120) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (up) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 inline std::string MnistDir() { return std::string(PSTRAIN_SOURCE_DIR) + "/data/mnist"; }
 
 // The last line of `out` that starts with '{'.
