@@ -11,7 +11,8 @@ tasks_applied_once is true and failures_survived is at least 1. The chief logs i
 about every half second, so on a fast machine the first line past the fraction may be the last
 step's: such a kill falls after training (checkpointed, evaluating, stopping the tasks), and a
 task that is no longer needed may die without the job having anything to survive, so there
-failures_survived may be 0 (the table's kill time then says "after training"). Run k uses the
+failures_survived may be 0 (the table's kill time then says "after training"); so may a chief
+killed before the first checkpoint, which starts the job again from scratch. Run k uses the
 seed --seed + k for its choices (role, mode, task, moment); the job's own training seed is the
 same in every run.
 
@@ -220,7 +221,11 @@ class Run:
                 r.get("tasks_applied_once"),
                 " (%s)" % r["ledger_problem"] if "ledger_problem" in r else ""))
         survivable = self.kill is not None and not self.killed_after_training
-        if survivable and not r.get("failures_survived", 0) >= 1:
+        # A chief killed before the job saved its first checkpoint starts again from scratch,
+        # which chief_restarts does not count (docs/recovery.md); the launcher's line says so.
+        from_scratch = any(l.startswith("pstrain launch: restarting chief:0")
+                           and "it resumes from scratch" in l for l in self.lines)
+        if survivable and not from_scratch and not r.get("failures_survived", 0) >= 1:
             found.append("failures_survived is %s" % r.get("failures_survived"))
         return found
 
