@@ -366,6 +366,23 @@ TEST(PlacementTableTest, ListsItemsAndPerPsTotals) {
   EXPECT_THAT(table, HasSubstr("(392.0 KiB, 49.9%)"));
   // A PS with nothing on it still gets a line.
   EXPECT_THAT(PlacementTable(names, shapes, {0, 0, 0, 0}, 3), HasSubstr("ps 2: 0 items, 0 bytes"));
+  // The item lines, aligned: bytes to the right, the rest to the left.
+  EXPECT_THAT(table, HasSubstr("name                  shape       bytes  ps\n"
+                               "dense0/kernel/part_0  [392,256]  401408  0\n"
+                               "dense0/kernel/part_1  [392,256]  401408  1\n"
+                               "dense0/bias           [256]        1024  1\n"
+                               "step                  []              4  0\n"));
+}
+
+TEST(TextColumnsTest, AlignsEachColumnToItsWidestCellAndLeavesTheLastUnpadded) {
+  EXPECT_EQ(TextColumns({{"a", "bb", "c"}, {"ddd", "e", "ffff"}, {"g"}}),
+            "a    bb  c\n"
+            "ddd  e   ffff\n"
+            "g\n");
+  EXPECT_EQ(TextColumns({{"n", "10"}, {"long", "5"}}, /*right_aligned=*/{1}),
+            "n     10\n"
+            "long   5\n");
+  EXPECT_EQ(TextColumns({}), "");
 }
 
 }  // namespace

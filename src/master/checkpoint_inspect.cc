@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "master/checkpoints.h"
 #include "master/master.h"
+#include "master/placement.h"
 #include "nlohmann/json.hpp"
 #include "ps.pb.h"
 
@@ -53,24 +54,6 @@ nlohmann::json Summary(const LoadedCheckpoint& c) {
 }
 
 // Rows of cells as columns padded to their widest cell, two spaces apart.
-std::string Columns(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      absl::StrAppend(&line, row[i],
-                      i + 1 < row.size() ? std::string(width[i] - row[i].size() + 2, ' ') : "");
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
-  return out;
-}
-
 std::string Text(const nlohmann::json& j) {
   auto str = [](const nlohmann::json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump();
@@ -95,7 +78,7 @@ std::string Text(const nlohmann::json& j) {
     vars.push_back({str(v["name"]), str(v["shape"]), str(v["shards"]), str(v["optimizer"]),
                     slots.empty() ? "-" : absl::StrJoin(slots, ","), str(v["version"])});
   }
-  absl::StrAppend(&out, "\n", Columns(vars));
+  absl::StrAppend(&out, "\n", TextColumns(vars));
   if (!j["tables"].empty()) {
     std::vector<std::vector<std::string>> tables = {
         {"table", "dim", "rows", "optimizer", "version"}};
@@ -103,7 +86,7 @@ std::string Text(const nlohmann::json& j) {
       tables.push_back(
           {str(t["name"]), str(t["dim"]), str(t["rows"]), str(t["optimizer"]), str(t["version"])});
     }
-    absl::StrAppend(&out, "\n", Columns(tables));
+    absl::StrAppend(&out, "\n", TextColumns(tables));
   }
   return out;
 }

@@ -223,32 +223,46 @@ std::vector<int> PlaceItems(const std::vector<int64_t>& bytes, int num_ps,
   return ps;
 }
 
+std::string TextColumns(const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<size_t>& right_aligned) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  auto right = [&](size_t i) {
+    return std::find(right_aligned.begin(), right_aligned.end(), i) != right_aligned.end();
+  };
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      const std::string pad(width[i] - row[i].size(), ' ');
+      const bool last = i + 1 == row.size();
+      absl::StrAppend(&out, right(i) ? pad : "", row[i], !right(i) && !last ? pad : "",
+                      last ? "\n" : "  ");
+    }
+  }
+  return out;
+}
+
 std::string PlacementTable(const std::vector<std::string>& names,
                            const std::vector<std::vector<int64_t>>& shapes,
                            const std::vector<int>& ps, int num_ps) {
   const size_t n = std::min({names.size(), shapes.size(), ps.size()});
   num_ps = std::max(num_ps, 0);
-  std::vector<std::string> shape_text(n);
   std::vector<int64_t> item_bytes(n);
-  size_t name_w = 4, shape_w = 5, bytes_w = 5;
+  std::vector<std::vector<std::string>> rows = {{"name", "shape", "bytes", "ps"}};
   for (size_t i = 0; i < n; ++i) {
-    shape_text[i] = absl::StrCat("[", absl::StrJoin(shapes[i], ","), "]");
     item_bytes[i] = ShapeBytes(shapes[i]);
-    name_w = std::max(name_w, names[i].size());
-    shape_w = std::max(shape_w, shape_text[i].size());
-    bytes_w = std::max(bytes_w, absl::StrCat(item_bytes[i]).size());
+    rows.push_back({names[i], absl::StrCat("[", absl::StrJoin(shapes[i], ","), "]"),
+                    absl::StrCat(item_bytes[i]), absl::StrCat(ps[i])});
   }
-  const int nw = static_cast<int>(name_w), sw = static_cast<int>(shape_w);
-  const int bw = static_cast<int>(bytes_w);
-  std::string out =
-      absl::StrFormat("%-*s  %-*s  %*s  %s\n", nw, "name", sw, "shape", bw, "bytes", "ps");
+  std::string out = TextColumns(rows, /*right_aligned=*/{2});
   std::vector<int64_t> totals(static_cast<size_t>(num_ps), 0);
   std::vector<int> counts(static_cast<size_t>(num_ps), 0);
   int64_t total = 0;
   int placed = 0;
   for (size_t i = 0; i < n; ++i) {
-    absl::StrAppendFormat(&out, "%-*s  %-*s  %*d  %d\n", nw, names[i], sw, shape_text[i], bw,
-                          item_bytes[i], ps[i]);
     if (ps[i] < 0 || ps[i] >= num_ps) continue;
     totals[ps[i]] += item_bytes[i];
     ++counts[ps[i]];

@@ -100,6 +100,12 @@ std::string PlacementTable(const std::vector<std::string>& names,
                            const std::vector<std::vector<int64_t>>& shapes,
                            const std::vector<int>& ps, int num_ps);
 
+// Rows of cells as text columns two spaces apart, one line per row: each column as wide as its
+// widest cell, its cells left-aligned (right-aligned for the columns `right_aligned` lists); a
+// row's last cell is not padded.
+std::string TextColumns(const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<size_t>& right_aligned = {});
+
 // "512 B", "1.5 KiB", "3.0 GiB".
 std::string HumanBytes(int64_t bytes);
 
