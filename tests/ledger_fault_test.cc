@@ -51,6 +51,17 @@ class LedgerFaultTest : public ProcessTest {
   // The whole cluster, returned a second after the chief began its first epoch: mid-epoch, each
   // worker holding a task.
   Tasks StartMidEpoch();
+  // The tasks the chief put back in the queue when it declared a worker dead, as its log says:
+  // each is handed out again, so the job's tasks_redone.
+  static int RequeuedTasks(const Proc& chief) {
+    const std::string log = ReadFile(chief.err_path);
+    int n = 0;
+    for (size_t at = log.find("goes back to the queue"); at != std::string::npos;
+         at = log.find("goes back to the queue", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
 };
 
 // The chief's flags: 2 epochs of 60 tasks, a heartbeat every 0.2 s, dead after 2 s of silence.
@@ -109,7 +120,7 @@ TEST_F(LedgerFaultTest, AWorkerBackFromTheDeadIsToldSoAndTheJobFinishesWithoutIt
   EXPECT_EQ(j["tasks_applied"], j["tasks"]) << j.dump();
   EXPECT_EQ(j["tasks_applied_once"], true) << j.dump();
   EXPECT_EQ(j["workers_declared_dead"], 1) << j.dump();
-  EXPECT_EQ(j["tasks_redone"], 1) << j.dump();
+  EXPECT_EQ(j["tasks_redone"], RequeuedTasks(chief)) << j.dump();
 }
 
 TEST_F(LedgerFaultTest, AKilledWorkerIsReplacedAndEveryTaskIsAppliedOnce) {
@@ -131,7 +142,9 @@ TEST_F(LedgerFaultTest, AKilledWorkerIsReplacedAndEveryTaskIsAppliedOnce) {
   EXPECT_EQ(j["tasks_applied"], j["tasks"]) << j.dump();
   EXPECT_EQ(j["tasks_applied_once"], true) << j.dump();
   EXPECT_EQ(j["workers_declared_dead"], 1) << j.dump();
-  EXPECT_EQ(j["tasks_redone"], 1) << j.dump();  // the task worker:1 held when it was killed
+  // The task worker:1 held when it was killed, unless it was killed between a task's report and
+  // the next one's handout.
+  EXPECT_EQ(j["tasks_redone"], RequeuedTasks(chief)) << j.dump();
   EXPECT_GT(j["test_accuracy"].get<double>(), 0.9) << j.dump();
 }
 

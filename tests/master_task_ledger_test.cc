@@ -93,7 +93,11 @@ TEST(TaskLedgerTest, ADeadWorkersTaskIsRequeuedAndRedoneOnce) {
   const TaskRef other = l.Next(1, 2, kT0)->task;
   EXPECT_TRUE(l.CheckDeadlines(kT0 + kTimeout).empty());  // at the deadline: not yet
   ASSERT_TRUE(l.Heartbeat(1, 2, kT0 + absl::Seconds(8)).ok());
-  EXPECT_EQ(l.CheckDeadlines(kT0 + absl::Seconds(11)), std::vector<int>{0});
+  const std::vector<TaskLedger::Death> dead = l.CheckDeadlines(kT0 + absl::Seconds(11));
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].worker, 0);
+  ASSERT_TRUE(dead[0].requeued.has_value());
+  EXPECT_EQ(dead[0].requeued->id, lost.id);
   EXPECT_EQ(l.deaths(), 1);
   // Worker 1 finishes its task and is given the dead worker's before any fresh one.
   ASSERT_TRUE(l.Done(1, 2, ReportOf(other), kT0 + absl::Seconds(11)).ok());
@@ -123,7 +127,9 @@ TEST(TaskLedgerTest, ADeclaredDeadIncarnationIsRefusedAndItsRestartAccepted) {
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("alive"));
   ASSERT_TRUE(l.Heartbeat(1, 2, kT0 + absl::Seconds(15)).ok());
-  ASSERT_EQ(l.CheckDeadlines(kT0 + absl::Seconds(15)), std::vector<int>{0});
+  const std::vector<TaskLedger::Death> dead = l.CheckDeadlines(kT0 + absl::Seconds(15));
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].worker, 0);
   for (absl::Status refused :
        {l.Heartbeat(0, 1, kT0 + absl::Seconds(16)), l.Next(0, 1, kT0 + absl::Seconds(16)).status(),
         l.Done(0, 1, ReportOf(held), kT0 + absl::Seconds(16)),

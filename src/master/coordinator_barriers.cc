@@ -138,9 +138,13 @@ void Coordinator::SweepLoop() {
     mu_.AwaitWithTimeout(absl::Condition(&closing_), sweep_interval_);
     Sweep(absl::Now(), &finished);
     if (ledger_) {
-      for (int w : ledger_->CheckDeadlines(absl::Now())) {
-        spdlog::warn("{} declared dead: silent for more than {}; its task goes back to the queue",
-                     TaskName("worker", w), absl::FormatDuration(ledger_timeout_));
+      for (const TaskLedger::Death& d : ledger_->CheckDeadlines(absl::Now())) {
+        spdlog::warn("{} declared dead: silent for more than {}; {}", TaskName("worker", d.worker),
+                     absl::FormatDuration(ledger_timeout_),
+                     d.requeued
+                         ? absl::StrCat("task ", d.requeued->id, " of epoch ", d.requeued->epoch,
+                                        ", which it held, goes back to the queue")
+                         : std::string("it held no task"));
       }
     }
     if (finished.empty()) continue;

@@ -196,32 +196,34 @@ absl::Status TaskLedger::Done(int worker, uint64_t incarnation, const TaskReport
   return absl::OkStatus();
 }
 
-void TaskLedger::Requeue(int worker) {
+std::optional<TaskRef> TaskLedger::Requeue(int worker) {
   WorkerState& w = workers_[worker];
-  if (w.holding < 0) return;
-  Task& t = tasks_[w.holding];
-  t.state = State::kPending;
-  requeued_.push_back(w.holding);
+  if (w.holding < 0) return std::nullopt;
+  const int64_t index = w.holding;
+  tasks_[index].state = State::kPending;
+  requeued_.push_back(index);
   w.holding = -1;
+  return RefOf(index);
 }
 
-std::vector<int> TaskLedger::CheckDeadlines(absl::Time now) {
-  std::vector<int> dead;
+std::vector<TaskLedger::Death> TaskLedger::CheckDeadlines(absl::Time now) {
+  std::vector<Death> dead;
   for (int i = 0; i < shape_.num_workers; ++i) {
     WorkerState& w = workers_[i];
     if (w.incarnation == 0 || w.finished || now - w.last_seen <= timeout_) continue;
-    DeclareDead(i, now, absl::StrCat("silent for more than ", absl::FormatDuration(timeout_)));
-    dead.push_back(i);
+    dead.push_back(
+        {i, DeclareDead(i, now,
+                        absl::StrCat("silent for more than ", absl::FormatDuration(timeout_)))});
   }
   return dead;
 }
 
-void TaskLedger::DeclareDead(int worker, absl::Time now, std::string why) {
+std::optional<TaskRef> TaskLedger::DeclareDead(int worker, absl::Time now, std::string why) {
   WorkerState& w = workers_[worker];
   w.dead[w.incarnation] = {now, std::move(why)};
   w.incarnation = 0;  // a restarted process may register
-  Requeue(worker);
   ++deaths_;
+  return Requeue(worker);
 }
 
 void TaskLedger::KeepWorkers(const TaskLedger& from, absl::Time now) {

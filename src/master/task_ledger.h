@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,8 +90,13 @@ class TaskLedger {
   // examples], none without examples).
   absl::Status Done(int worker, uint64_t incarnation, const TaskReport& report, absl::Time now);
   // Declares dead every live worker silent since before `now - heartbeat_timeout` that has not
-  // finished; their tasks go back to the front of the queue. Returns the workers declared dead.
-  std::vector<int> CheckDeadlines(absl::Time now);
+  // finished; their tasks go back to the front of the queue. Returns the workers declared dead,
+  // each with the task it held (none between a task's report and the next one's handout).
+  struct Death {
+    int worker = 0;
+    std::optional<TaskRef> requeued;
+  };
+  std::vector<Death> CheckDeadlines(absl::Time now);
 
   // Registered and not declared dead since.
   bool Alive(int worker) const { return workers_[worker].incarnation != 0; }
@@ -148,8 +154,9 @@ class TaskLedger {
   TaskLedger(const LedgerShape& shape, absl::Duration timeout);
   absl::Status CheckLive(int worker, uint64_t incarnation, const char* what) const;
   TaskRef RefOf(int64_t index) const;
-  void Requeue(int worker);
-  void DeclareDead(int worker, absl::Time now, std::string why);
+  // Both return the task the worker held, now back in the queue, if it held one.
+  std::optional<TaskRef> Requeue(int worker);
+  std::optional<TaskRef> DeclareDead(int worker, absl::Time now, std::string why);
 
   LedgerShape shape_;
   absl::Duration timeout_;
