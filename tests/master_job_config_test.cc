@@ -105,6 +105,10 @@ TEST(JobConfigTest, TheTaskQueueIsOnByDefaultInEveryModeWithSaneHeartbeats) {
   c.model = "external";
   c.task_rows = -1;  // the default: no queue for client programs
   EXPECT_TRUE(c.ValidateFor(2, 2).ok());
+  c.checkpoint_dir = "/ckpt";  // a client program's job saves and restores too
+  c.restore_from = "/ckpt";
+  c.checkpoint_every_secs = 10;
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
   c.task_rows = 1000;
   EXPECT_THAT(Invalid(c), HasSubstr("--task_rows is for the built-in models"));
 }

@@ -137,57 +137,45 @@ void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
   }
 }
 
-}  // namespace
+// The variable `v` asks for, as `ckpt` saved it: its initial value replaced by the saved one.
+// InvalidArgument if the checkpoint's has another shape or optimizer (named with both).
+absl::StatusOr<NewVariable> RestoredVariable(const LoadedCheckpoint& ckpt,
+                                             const LoadedCheckpoint::Variable& s,
+                                             const NewVariable& v) {
+  if (s.shape != v.shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", ckpt.path, ": variable '", v.name, "' has shape ",
+                     ShapeString(s.shape), " there, not ", ShapeString(v.shape), " as asked for"));
+  }
+  if (s.optimizer != v.optimizer.name()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", ckpt.path, ": variable '", v.name, "' was trained with optimizer ",
+        s.optimizer, ", the job's is ", v.optimizer.name(), ": its slots cannot be restored"));
+  }
+  NewVariable r = v;
+  r.initial_value = [p = &s]() -> absl::StatusOr<Tensor> {
+    Tensor t(p->shape);
+    t.values = p->values;
+    return t;
+  };
+  return r;
+}
 
-absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<NewVariable>& vars,
-                               const std::vector<TableDef>& tables, VariablePlacer* placer,
-                               TableCreator* creator, const std::vector<std::string>& ps_addresses,
-                               absl::Duration rpc_timeout, std::vector<Placement>* placement) {
-  absl::flat_hash_map<std::string, const LoadedCheckpoint::Variable*> saved;
-  for (const LoadedCheckpoint::Variable& v : ckpt.variables) saved[v.name] = &v;
-  std::vector<NewVariable> restored;
-  std::vector<const LoadedCheckpoint::Variable*> order;
-  for (const NewVariable& v : vars) {
-    auto it = saved.find(v.name);
-    if (it == saved.end() || it->second->shape != v.shape) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", ckpt.path, ": no variable '",
-                                                     v.name, "' of shape ", ShapeString(v.shape)));
-    }
-    const LoadedCheckpoint::Variable* s = it->second;
-    if (s->optimizer != v.optimizer.name()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", ckpt.path, ": variable '", v.name, "' was trained with optimizer ",
-          s->optimizer, ", the job's is ", v.optimizer.name(), ": its slots cannot be restored"));
-    }
-    NewVariable r = v;
-    r.initial_value = [s]() -> absl::StatusOr<Tensor> {
-      Tensor t(s->shape);
-      t.values = s->values;
-      return t;
-    };
-    restored.push_back(std::move(r));
-    order.push_back(s);
-  }
-  for (const TableDef& def : tables) {
-    TableDef saved_def;
-    for (const TableRecord& t : ckpt.tables) {
-      if (t.name == def.name()) saved_def.ParseFromString(t.table_def);
-    }
-    if (saved_def.optimizer().name() != def.optimizer().name()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", ckpt.path, ": table '", def.name(), "' was trained with optimizer ",
-          saved_def.optimizer().name(), ", the job's is ", def.optimizer().name(),
-          ": its slots cannot be restored"));
-    }
-  }
-  absl::StatusOr<std::vector<Placement>> placed = placer->CreateAll(restored);
-  if (!placed.ok()) return placed.status();
-  for (const TableDef& def : tables) {
-    if (absl::Status s = creator->GetOrCreate(def); !s.ok()) return s;
-  }
-  std::vector<ImportBatches> batches(ps_addresses.size());
-  for (size_t i = 0; i < order.size(); ++i) AddVariables(*order[i], (*placed)[i], &batches);
-  for (const TableRecord& t : ckpt.tables) AddTable(t, &batches);
+// InvalidArgument if `def` asks for another optimizer than `ckpt`'s table of its name had.
+absl::Status CheckTableOptimizer(const LoadedCheckpoint& ckpt, const TableRecord& saved,
+                                 const TableDef& def) {
+  TableDef saved_def;
+  saved_def.ParseFromString(saved.table_def);
+  if (saved_def.optimizer().name() == def.optimizer().name()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("checkpoint ", ckpt.path, ": table '", def.name(),
+                   "' was trained with optimizer ", saved_def.optimizer().name(), ", the job's is ",
+                   def.optimizer().name(), ": its slots cannot be restored"));
+}
+
+// Sends every PS its Import requests, in order; first checks that each fits in one message.
+absl::Status SendImports(const LoadedCheckpoint& ckpt, const std::vector<ImportBatches>& batches,
+                         const std::vector<std::string>& ps_addresses, absl::Duration rpc_timeout) {
   // A shard's optimizer slots travel in one Import message (only pushes and pulls are streamed):
   // say so before sending any, rather than let gRPC refuse a message past its limit.
   for (size_t ps = 0; ps < ps_addresses.size(); ++ps) {
@@ -212,10 +200,94 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
       if (!s.ok()) return s;
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<NewVariable>& vars,
+                               const std::vector<TableDef>& tables, VariablePlacer* placer,
+                               TableCreator* creator, const std::vector<std::string>& ps_addresses,
+                               absl::Duration rpc_timeout, std::vector<Placement>* placement) {
+  absl::flat_hash_map<std::string, const LoadedCheckpoint::Variable*> saved;
+  for (const LoadedCheckpoint::Variable& v : ckpt.variables) saved[v.name] = &v;
+  std::vector<NewVariable> restored;
+  std::vector<const LoadedCheckpoint::Variable*> order;
+  for (const NewVariable& v : vars) {
+    auto it = saved.find(v.name);
+    if (it == saved.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", ckpt.path, ": no variable '",
+                                                     v.name, "' of shape ", ShapeString(v.shape)));
+    }
+    absl::StatusOr<NewVariable> r = RestoredVariable(ckpt, *it->second, v);
+    if (!r.ok()) return r.status();
+    restored.push_back(*std::move(r));
+    order.push_back(it->second);
+  }
+  for (const TableDef& def : tables) {
+    for (const TableRecord& t : ckpt.tables) {
+      if (t.name != def.name()) continue;
+      if (absl::Status s = CheckTableOptimizer(ckpt, t, def); !s.ok()) return s;
+    }
+  }
+  absl::StatusOr<std::vector<Placement>> placed = placer->CreateAll(restored);
+  if (!placed.ok()) return placed.status();
+  for (const TableDef& def : tables) {
+    if (absl::Status s = creator->GetOrCreate(def); !s.ok()) return s;
+  }
+  std::vector<ImportBatches> batches(ps_addresses.size());
+  for (size_t i = 0; i < order.size(); ++i) AddVariables(*order[i], (*placed)[i], &batches);
+  for (const TableRecord& t : ckpt.tables) AddTable(t, &batches);
+  if (absl::Status s = SendImports(ckpt, batches, ps_addresses, rpc_timeout); !s.ok()) return s;
   *placement = *std::move(placed);
   spdlog::info("restored {} (global step {}, saved by {} ps) into {} ps", ckpt.path,
                ckpt.global_step, ckpt.num_ps, ps_addresses.size());
   return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> RestoreVariable(const LoadedCheckpoint& ckpt, const NewVariable& var,
+                                          const std::string& partitioner, VariablePlacer* placer,
+                                          const std::vector<std::string>& ps_addresses,
+                                          absl::Duration rpc_timeout) {
+  const LoadedCheckpoint::Variable* saved = nullptr;
+  for (const LoadedCheckpoint::Variable& v : ckpt.variables) {
+    if (v.name == var.name) saved = &v;
+  }
+  if (saved == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", ckpt.path, " holds no variable '", var.name, "'"));
+  }
+  absl::StatusOr<NewVariable> restored = RestoredVariable(ckpt, *saved, var);
+  if (!restored.ok()) return restored.status();
+  absl::StatusOr<Placement> placed = placer->GetOrCreate(*restored, partitioner);
+  if (!placed.ok()) return placed.status();
+  std::vector<ImportBatches> batches(ps_addresses.size());
+  AddVariables(*saved, *placed, &batches);
+  if (absl::Status s = SendImports(ckpt, batches, ps_addresses, rpc_timeout); !s.ok()) return s;
+  return placed;
+}
+
+absl::Status RestoreTable(const LoadedCheckpoint& ckpt, const TableDef& def, TableCreator* creator,
+                          const std::vector<std::string>& ps_addresses,
+                          absl::Duration rpc_timeout) {
+  const TableRecord* saved = nullptr;
+  for (const TableRecord& t : ckpt.tables) {
+    if (t.name == def.name()) saved = &t;
+  }
+  if (saved == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", ckpt.path, " holds no table '", def.name(), "'"));
+  }
+  if (saved->dim != def.dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", ckpt.path, ": table '",
+                                                   def.name(), "' has dim ", saved->dim,
+                                                   " there, not ", def.dim(), " as asked for"));
+  }
+  if (absl::Status s = CheckTableOptimizer(ckpt, *saved, def); !s.ok()) return s;
+  if (absl::Status s = creator->GetOrCreate(def); !s.ok()) return s;
+  std::vector<ImportBatches> batches(ps_addresses.size());
+  AddTable(*saved, &batches);
+  return SendImports(ckpt, batches, ps_addresses, rpc_timeout);
 }
 
 }  // namespace pstrain

@@ -53,9 +53,10 @@ struct CheckpointManager::Cut {
   uint64_t seq = 0;
   int64_t step = 0;
   std::string dir;
-  nlohmann::json ledger;   // the chief's ledger while every PS was frozen
-  bool unchanged = false;  // the PS are at the last checkpoint's step: nothing was written
-  bool uniform = false;    // every shard and table at one version
+  nlohmann::json ledger;     // the chief's ledger while every PS was frozen
+  bool unchanged = false;    // the PS are at the last checkpoint's step: nothing was written
+  bool uniform = false;      // every shard and table at one version
+  ModelSignature signature;  // what the frozen PS held: a parameter created later is not in it
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
@@ -115,6 +116,17 @@ void CheckpointManager::SetModel(std::vector<Placement> placement, ModelSignatur
   absl::MutexLock lock(&mu_);
   placement_ = std::move(placement);
   signature_ = std::move(signature);
+}
+
+void CheckpointManager::AddVariable(Placement placement, std::vector<int64_t> shape) {
+  absl::MutexLock lock(&mu_);
+  signature_.variables.push_back({placement.variable(), std::move(shape)});
+  placement_.push_back(std::move(placement));
+}
+
+void CheckpointManager::AddTable(const std::string& name, int dim) {
+  absl::MutexLock lock(&mu_);
+  signature_.tables.push_back({name, dim});
 }
 
 void CheckpointManager::SetLedgerSource(std::function<nlohmann::json()> ledger_at_cut) {
@@ -219,6 +231,7 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       r.set_freeze_timeout_s(kFreezeTimeoutSecs);
       r.set_num_ps(num_ps);
     }
+    cut.signature = signature_;
     const auto& vars = signature_.variables;
     for (size_t i = 0; i < placement_.size() && i < vars.size(); ++i) {
       for (const Shard& s : placement_[i].shards()) {
@@ -344,10 +357,7 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
   }));
   if (!written.ok()) return written;
   Manifest m;
-  {
-    absl::MutexLock lock(&mu_);
-    m.signature = signature_;
-  }
+  m.signature = cut.signature;
   m.global_step = cut.step;
   m.num_ps = num_ps;
   m.ledger = cut.ledger;

@@ -59,6 +59,9 @@ class CheckpointManager {
 
   // What is saved: every shard as placed, and the model's signature (for the manifest).
   void SetModel(std::vector<Placement> placement, ModelSignature signature);
+  // A client program's variable or table, created after the others: saved from the next cut on.
+  void AddVariable(Placement placement, std::vector<int64_t> shape);
+  void AddTable(const std::string& name, int dim);
   // The global step restored from (so the first periodic save counts from it).
   void SetRestoredStep(int64_t step);
   // Called while every PS is frozen at a cut: the chief's ledger at that cut
@@ -178,6 +181,19 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
                                const std::vector<TableDef>& tables, VariablePlacer* placer,
                                TableCreator* creator, const std::vector<std::string>& ps_addresses,
                                absl::Duration rpc_timeout, std::vector<Placement>* placement);
+
+// A client program's parameter, one at a time (docs/checkpoints.md): `var` created through
+// `placer` (GetOrCreate with `partitioner`) with the values of the checkpoint's variable of its
+// name, then its slots, version and watermarks imported; `def` created through `creator` and
+// every saved row of its name imported. NotFound if the checkpoint holds no parameter of that
+// name (the caller creates it afresh); InvalidArgument naming both if its shape, dim or
+// optimizer differs. The caller makes sure no one uses the parameter before this returns.
+absl::StatusOr<Placement> RestoreVariable(const LoadedCheckpoint& ckpt, const NewVariable& var,
+                                          const std::string& partitioner, VariablePlacer* placer,
+                                          const std::vector<std::string>& ps_addresses,
+                                          absl::Duration rpc_timeout);
+absl::Status RestoreTable(const LoadedCheckpoint& ckpt, const TableDef& def, TableCreator* creator,
+                          const std::vector<std::string>& ps_addresses, absl::Duration rpc_timeout);
 
 // The result of a job that finished, kept beside its checkpoints (<dir>/result.json) from
 // before the chief tells the tasks to stop until the next chief that is not a restart starts

@@ -74,8 +74,11 @@ absl::StatusOr<JobResult> Job::Run() {
       checkpoints_->SetLedgerSource([c = coordinator_] { return c->LedgerJson(); });
     }
   } else {
+    if (checkpoints_ != nullptr && restore_ != nullptr) {
+      checkpoints_->SetRestoredStep(restore_->global_step);
+    }
     coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
-    coordinator_->SetCreateTable([this](const TableDef& def) { return tables_->GetOrCreate(def); });
+    coordinator_->SetCreateTable([this](const TableDef& def) { return CreateTable(def); });
   }
   if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
   coordinator_->SetReady();
@@ -115,6 +118,7 @@ absl::Status Job::Finish(absl::Time start, JobResult* result) {
   if (absl::Status s = CollectStats(result); !s.ok()) return s;
   if (Recovery()) LedgerTotals(result);
   if (model_job_ == nullptr) {
+    WarnNotCreated();
     WarnIfUnbalanced();
     return absl::OkStatus();
   }

@@ -1,6 +1,7 @@
-// Internal to src/master: the chief's job loop (RunJob, master/master.h), in three files:
+// Internal to src/master: the chief's job loop (RunJob, master/master.h), in four files:
 // job.cc (the run from start to end), job_workers.cc (starting workers, waiting for them,
-// summing their reports and the PS counters) and job_recovery.cc (generations: Reset and
+// summing their reports and the PS counters), job_programs.cc (the parameters client programs
+// create, restored from a checkpoint) and job_recovery.cc (generations: Reset and
 // Configure of every PS, the parameters created or restored, rollbacks, the final check of the
 // task watermarks; docs/recovery.md).
 #pragma once
@@ -10,12 +11,14 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/rpc.h"
@@ -126,12 +129,21 @@ class Job {
   LedgerShape Shape() const;
   void LedgerTotals(JobResult* result);
 
+  // ---- job_programs.cc ----
+  // CreateVariable and CreateTable of client programs: the parameter restored from restore_ if
+  // it holds one of that name, else created afresh; either way saved by the checkpoints from
+  // then on.
+  absl::StatusOr<Placement> Create(const VariableSpec& spec) ABSL_LOCKS_EXCLUDED(create_mu_);
+  absl::Status CreateTable(const TableDef& def) ABSL_LOCKS_EXCLUDED(create_mu_);
+  // Once: one warning listing what restore_ holds that no program created (it is in no later
+  // checkpoint).
+  void WarnNotCreated() ABSL_LOCKS_EXCLUDED(create_mu_);
+
   // ---- job_workers.cc ----
   // The job's length in global steps.
   int64_t GlobalSteps() const;
   int64_t SyncSteps() const;
   void SetScheduleLength();
-  absl::StatusOr<Placement> Create(const VariableSpec& spec);
   void WarnIfUnbalanced();
   // Async task queue: a worker declared dead is not waited for; one registered by a new
   // incarnation is announced to every PS in place of the old one and started.
@@ -169,6 +181,12 @@ class Job {
   uint64_t ps_generation_ = 0;                // the highest generation a PS ran before a Reset
   TrainingSpec spec_;                         // what StartWorkers sent, for replacements
   std::vector<uint64_t> started_;  // by worker: the incarnation started on spec_ (0: none)
+  // Client programs' parameters: one created (or restored) at a time, so that no program
+  // reaches a restored one before its slots and version are in.
+  absl::Mutex create_mu_;
+  std::set<std::string> program_variables_ ABSL_GUARDED_BY(create_mu_);
+  std::set<std::string> program_tables_ ABSL_GUARDED_BY(create_mu_);
+  bool warned_not_created_ ABSL_GUARDED_BY(create_mu_) = false;
 };
 
 }  // namespace pstrain

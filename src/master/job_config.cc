@@ -85,10 +85,6 @@ absl::Status JobConfig::Validate() const {
   if (checkpoint_dir.empty() && (checkpoint_every_steps > 0 || checkpoint_every_secs > 0)) {
     return Bad("--checkpoint_every_steps and --checkpoint_every_secs need --checkpoint_dir");
   }
-  if (!BuiltInModel() && (!checkpoint_dir.empty() || !restore_from.empty())) {
-    return Bad("--checkpoint_dir and --restore_from are for the built-in models, not --model ",
-               model);
-  }
   if (task_rows < -1) {
     return Bad("--task_rows ", task_rows,
                " must be -1 (auto), 0 (fixed shards, no recovery) or a number of rows");

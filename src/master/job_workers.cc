@@ -64,13 +64,6 @@ void Job::SetScheduleLength() {
   }
 }
 
-// CreateVariable of a client program: the spec is checked before anything is drawn or sent.
-absl::StatusOr<Placement> Job::Create(const VariableSpec& spec) {
-  absl::StatusOr<NewVariable> var = VariableFromSpec(spec, config_.optimizer);
-  if (!var.ok()) return var.status();
-  return placer_->GetOrCreate(*var, spec.partitioner());
-}
-
 void Job::WarnIfUnbalanced() {
   if (std::optional<std::string> w = placer_->Imbalance()) spdlog::warn("{}", *w);
 }
@@ -219,6 +212,7 @@ absl::Status Job::WaitForWorkers(absl::Time start, absl::Time alive_since, JobRe
     }
     const bool all_done = Summarize(progress, result) || TasksDone(progress);
     if (absl::Status s = CheckLedgerMoves(progress, now, &done_since); !s.ok()) return s;
+    if (model_job_ == nullptr && result->global_step > 0) WarnNotCreated();
     if (checkpoints_ != nullptr && !all_done) checkpoints_->MaybeSave(result->global_step);
     const ProgressView view =
         ViewOf(progress, *result, model_job_ != nullptr ? config_.epochs : 0, now - start);
