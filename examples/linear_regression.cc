@@ -10,6 +10,10 @@
 //   {"task": 0, "mse": ..., "w_error": ..., ...}
 // Flags (--name=value or --name value): --steps 200 --batch 32 --examples 2000 --dim 10
 // --optimizer sgd --lr 0.1 --init glorot_uniform|zeros --noise 0.01 --timeout 60.
+// When the chief hands out tasks (`pstrain launch --rows 2000 -- linear_regression`), every worker
+// draws the same examples (--examples must be the chief's --rows) and trains on the batches of
+// the tasks it is given instead of --steps random batches: a worker that dies is started again
+// and its task handed out again, each batch applied once.
 // --steps may list one count per worker task (--steps 150,200: worker 0 takes 150 steps, worker
 // 1 and any later ones 200), to see that workers taking different numbers of steps still meet at
 // the final barrier in every consistency mode.
@@ -125,23 +129,24 @@ int main(int argc, char** argv) {
   const int d = flags.dim;
   const int steps = flags.steps[std::min<size_t>(options.task, flags.steps.size() - 1)];
 
-  // The true model is the same on every worker (seed 7); each worker draws its own examples.
+  absl::StatusOr<std::unique_ptr<pstrain::Client>> connected = pstrain::Client::Connect(options);
+  Check(connected.status(), "connect");
+  pstrain::Client& client = **connected;
+
+  // The true model is the same on every worker (seed 7); each worker draws its own examples,
+  // or with tasks every worker the same ones (a task's rows are the same whoever trains it).
   std::mt19937_64 truth_rng(7);
   std::normal_distribution<double> normal(0.0, 1.0);
   Vec w_star(d);
   for (int i = 0; i < d; ++i) w_star(i) = normal(truth_rng);
   const double b_star = 0.5;
-  std::mt19937_64 rng(1000 + options.task);
+  std::mt19937_64 rng(1000 + (client.has_tasks() ? 0 : options.task));
   Matrix x(flags.examples, d);
   Vec y(flags.examples);
   for (int r = 0; r < flags.examples; ++r) {
     for (int c = 0; c < d; ++c) x(r, c) = normal(rng);
     y(r) = x.row(r).dot(w_star) + b_star + flags.noise * normal(rng);
   }
-
-  absl::StatusOr<std::unique_ptr<pstrain::Client>> connected = pstrain::Client::Connect(options);
-  Check(connected.status(), "connect");
-  pstrain::Client& client = **connected;
   // From here on a failure is also reported to the chief, so the job ends instead of waiting.
   auto check = [&](const absl::Status& s, const char* what) {
     if (s.ok()) return;
@@ -165,22 +170,45 @@ int main(int argc, char** argv) {
   std::vector<pstrain::Tensor> grads(2);
   grads[*wi] = pstrain::Tensor({d, 1});
   grads[*bi] = pstrain::Tensor({1});
-  std::uniform_int_distribution<int> pick(0, flags.examples - 1);
-  Matrix xb(flags.batch, d);
-  Vec yb(flags.batch);
-  for (int step = 0; step < steps; ++step) {
-    for (int r = 0; r < flags.batch; ++r) {
-      const int i = pick(rng);
-      xb.row(r) = x.row(i);
-      yb(r) = y(i);
+  // One step on the examples `rows`.
+  auto step = [&](const std::vector<int64_t>& rows) {
+    const int n = static_cast<int>(rows.size());
+    Matrix xb(n, d);
+    Vec yb(n);
+    for (int r = 0; r < n; ++r) {
+      if (rows[r] < 0 || rows[r] >= flags.examples) {
+        check(absl::InvalidArgumentError("the chief handed out row " + std::to_string(rows[r]) +
+                                         " of " + std::to_string(flags.examples) +
+                                         " examples: give --examples the chief's --rows"),
+              "task");
+      }
+      xb.row(r) = x.row(rows[r]);
+      yb(r) = y(rows[r]);
     }
     check(client.Pull(&values), "pull");
     const Vec wv = Eigen::Map<const Eigen::VectorXf>(values[*wi], d).cast<double>();
     const Vec err = (xb * wv).array() + static_cast<double>(values[*bi][0]) - yb.array();
-    const Vec dw = xb.transpose() * err / flags.batch;
+    const Vec dw = xb.transpose() * err / n;
     for (int c = 0; c < d; ++c) grads[*wi].values[c] = static_cast<float>(dw(c));
     grads[*bi].values[0] = static_cast<float>(err.mean());
-    check(client.Push(grads, flags.batch, 0.5 * err.squaredNorm() / flags.batch), "push");
+    check(client.Push(grads, n, 0.5 * err.squaredNorm() / n), "push");
+  };
+  int64_t taken = 0;
+  if (client.has_tasks()) {
+    while (true) {
+      absl::StatusOr<std::optional<pstrain::Task>> task = client.NextTask(flags.batch);
+      check(task.status(), "next task");
+      if (!task->has_value()) break;
+      for (int64_t k = 0; k < (*task)->num_batches(); ++k, ++taken) step((*task)->Batch(k));
+      check(client.TaskDone(), "task done");
+    }
+  } else {
+    std::uniform_int_distribution<int> pick(0, flags.examples - 1);
+    std::vector<int64_t> rows(flags.batch);
+    for (; taken < steps; ++taken) {
+      for (int64_t& r : rows) r = pick(rng);
+      step(rows);
+    }
   }
 
   check(client.Barrier("trained"), "barrier \"trained\"");
@@ -190,7 +218,7 @@ int main(int argc, char** argv) {
   const double mse = ((x * wv).array() + bv - y.array()).square().mean();
   nlohmann::json out = {{"task", options.task},
                         {"mode", client.mode()},
-                        {"steps", steps},
+                        {"steps", taken},
                         {"global_step", client.global_step()},
                         {"mse", mse},
                         {"w_error", (wv - w_star).norm()},

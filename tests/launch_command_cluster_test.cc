@@ -187,10 +187,10 @@ TEST_F(LaunchCommandTest, BadCommandsAndModelsAreRefusedBeforeAnythingStarts) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("nothing after --"));
   // A flag of the built-in models is named and ignored; an explicit --model external is fine.
-  r = Launch({"--ps", "1", "--workers", "1", "--model", "external", "--epochs", "3"},
+  r = Launch({"--ps", "1", "--workers", "1", "--model", "external", "--batch", "3"},
              {ExampleBinary(), "--steps", "20"}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("warning: --epochs does not apply to --model external"));
+  EXPECT_THAT(r.err, HasSubstr("warning: --batch does not apply to --model external"));
 }
 
 // Without a command, --log_dir gives the built-in tasks their files too; the chief's output is

@@ -134,7 +134,8 @@ def test_a_job_without_the_task_queue_is_not_restarted(tmp_path):
     rc, _ = launch.finish()
     assert rc == 1, launch.err
     assert ("worker:0 was killed by signal 9 (SIGKILL); this job has no recovery (no task queue: "
-            "--task_rows 0, or --model external), so it is not restarted") in launch.err
+            "--task_rows 0, or --model external without --rows), so it is not restarted"
+            ) in launch.err
     assert "pstrain launch: error: worker:0 was killed by signal 9" in launch.err
     assert "restarting" not in launch.err
 

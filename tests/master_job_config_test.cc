@@ -110,7 +110,19 @@ TEST(JobConfigTest, TheTaskQueueIsOnByDefaultInEveryModeWithSaneHeartbeats) {
   c.checkpoint_every_secs = 10;
   EXPECT_TRUE(c.ValidateFor(2, 2).ok());
   c.task_rows = 1000;
-  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows is for the built-in models"));
+  EXPECT_THAT(Invalid(c), HasSubstr("--task_rows with --model external needs --rows"));
+  c.rows = 60000;  // client programs with a task queue
+  EXPECT_TRUE(c.ValidateFor(2, 2).ok());
+  EXPECT_EQ(c.TaskRows(c.rows, 2), 1000);
+  c.task_rows = -1;  // auto: an eighth of a worker's share
+  EXPECT_EQ(c.TaskRows(c.rows, 2), 3750);
+  c.task_rows = 0;
+  EXPECT_EQ(c.TaskRows(c.rows, 2), 0);
+  c.rows = -1;
+  EXPECT_THAT(Invalid(c), HasSubstr("--rows -1 must be non-negative"));
+  c.rows = 10;
+  c.model = "mlp";
+  EXPECT_THAT(Invalid(c), HasSubstr("--rows is for client programs"));
 }
 
 TEST(JobConfigTest, AutoTaskRowsAreUpTo200BatchesAnEighthOfAWorkersShareWholeBatches) {
@@ -128,7 +140,8 @@ TEST(JobConfigTest, AutoTaskRowsAreUpTo200BatchesAnEighthOfAWorkersShareWholeBat
   EXPECT_EQ(c.TaskRows(60000, 2), 1000);
   c.model = "external";
   c.task_rows = -1;
-  EXPECT_EQ(c.TaskRows(60000, 2), 0);
+  EXPECT_EQ(c.TaskRows(0, 2), 0);  // client programs without --rows: no queue
+  EXPECT_EQ(c.TaskRows(60000, 2), 3750);
 }
 
 TEST(JobConfigTest, ARestartedChiefNeedsACheckpointToRestoreFrom) {

@@ -6,7 +6,14 @@ Run it as every worker of a local cluster (the chief in `--model external` mode)
 
 Each worker reads the IDX files (`--data`, default: the repository's data/mnist), takes every
 num_workers-th batch of each epoch's shuffled order (the same order on every worker, so the
-shards are disjoint), and per step pulls the parameters, runs forward and backward in PyTorch and
+shards are disjoint), or, when the chief hands out tasks, the batches of each task it is given:
+
+    pstrain launch --ps 2 --workers 2 --rows 60000 --epochs 3 -- \
+        python3 examples/python/mnist_torch.py --epochs 3
+
+(the chief cuts rows [0, 60000) into tasks; a worker that dies is started again and its task
+redone, each batch applied once; pass the chief's --epochs to the script too, so that its cosine
+spans the job). Per step it pulls the parameters, runs forward and backward in PyTorch and
 pushes the gradients; the PS apply the optimizer (`--optimizer adam|sgd`, `--lr`, decayed along
 a cosine over the job's updates unless `--schedule constant`). At the end
 the workers meet at a barrier and worker 0 evaluates the final parameters on the 10k test images
@@ -113,6 +120,23 @@ def train(args, data, model, step_fn, task, num_tasks):
     return steps, examples, time.monotonic() - start
 
 
+def train_on_tasks(args, data, step_fn, client):
+    """As train, on the tasks the chief hands out: each batch is rows of data the task names."""
+    x, y = data
+    steps = examples = 0
+    start = time.monotonic()
+    for task in client.tasks(args.batch):
+        for rows in task.batches():
+            idx = torch.from_numpy(rows)
+            loss = step_fn(x[idx], y[idx])
+            steps += 1
+            examples += len(idx)
+            if args.log_every and steps % args.log_every == 0:
+                print("task %d epoch %d step %d loss %.4f" % (client.task, task.epoch + 1, steps,
+                                                              loss), file=sys.stderr, flush=True)
+    return steps, examples, time.monotonic() - start
+
+
 def total_updates(args, n, num_tasks):
     """The updates of every variable over the job (the pushes of all tasks, as shard_batches
     deals n examples): the cosine schedule's length."""
@@ -165,7 +189,10 @@ def run_distributed(args, data, model):
             ps_model.push(examples=len(yb), loss=value)
             return value
 
-        steps, examples, seconds = train(args, data, model, step, client.task, num_workers)
+        if client.has_tasks:
+            steps, examples, seconds = train_on_tasks(args, data, step, client)
+        else:
+            steps, examples, seconds = train(args, data, model, step, client.task, num_workers)
         client.barrier("mnist_torch/trained")
         ps_model.pull()  # the final parameters, the same on every worker after the barrier
         return steps, examples, seconds, client.task, client.mode, client.global_step

@@ -24,11 +24,14 @@ from . import init, optim
 from .checkpoint import Checkpoint, load_checkpoint
 from ._pstrain import Client, ClusterSpec, cluster_from_tf_config
 from . import _pstrain
+from .tasks import Task, tasks as _tasks
+
+Client.tasks = _tasks
 
 Client.__module__ = ClusterSpec.__module__ = cluster_from_tf_config.__module__ = __name__
 
-__all__ = ["Checkpoint", "Client", "ClusterSpec", "Server", "cluster_from_tf_config", "errors",
-           "init", "load_checkpoint", "optim"] + errors.__all__
+__all__ = ["Checkpoint", "Client", "ClusterSpec", "Server", "Task", "cluster_from_tf_config",
+           "errors", "init", "load_checkpoint", "optim"] + errors.__all__
 
 
 def _flag_args(flags):

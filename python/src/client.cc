@@ -57,6 +57,21 @@ class PyClient {
     Call([name](Core& c) { return c.client->Barrier(name); });
   }
   void Done(const std::optional<std::string>& error);
+  // The next task (None once every task is applied), and the end of the one in hand.
+  std::optional<Task> NextTask(int64_t batch_size) {
+    auto task = std::make_shared<std::optional<Task>>();
+    Call([task, batch_size](Core& c) {
+      absl::StatusOr<std::optional<Task>> t = c.client->NextTask(batch_size);
+      if (!t.ok()) return t.status();
+      *task = *std::move(t);
+      return absl::OkStatus();
+    });
+    return *task;
+  }
+  void TaskDone() {
+    Call([](Core& c) { return c.client->TaskDone(); });
+  }
+  bool has_tasks() const { return has_tasks_; }
   bool Exit(const py::object& type, const py::object& value);
 
   int64_t global_step() const { return core_->global_step; }
@@ -97,6 +112,7 @@ class PyClient {
   int num_ps_ = 0;
   int num_workers_ = 0;
   int task_ = 0;
+  bool has_tasks_ = false;
   bool done_called_ = false;
   std::vector<std::string> variables_, tables_;  // names, for messages
   std::vector<int> table_dims_;                  // of tables_
@@ -170,6 +186,7 @@ std::unique_ptr<PyClient> PyClient::Connect(const py::object& chief, const py::o
   c->mode_ = c->core_->client->mode();
   c->num_ps_ = c->core_->client->num_ps();
   c->num_workers_ = c->core_->client->num_workers();
+  c->has_tasks_ = c->core_->client->has_tasks();
   c->task_ = o.task;
   return c;
 }
@@ -366,6 +383,18 @@ py::list PyClient::LastAddresses(bool rows) const {
 }  // namespace
 
 void BindClient(py::module_& m) {
+  py::class_<Task>(m, "_Task")
+      .def_readonly("epoch", &Task::epoch)
+      .def_readonly("index", &Task::index)
+      .def_readonly("begin", &Task::begin)
+      .def_readonly("end", &Task::end)
+      .def_readonly("seed", &Task::seed)
+      .def_readonly("batch_size", &Task::batch_size)
+      .def_property_readonly("num_batches", &Task::num_batches)
+      .def("rows", [](const Task& t) {
+        const std::vector<int64_t> rows = t.Rows();
+        return py::array_t<int64_t>(static_cast<py::ssize_t>(rows.size()), rows.data());
+      });
   py::class_<PyClient>(m, "Client", R"(A worker's connection to a pstrain job (the C++ Client).
 
 Made by Client.connect(). One call at a time: calls from several threads wait for each other
@@ -458,6 +487,10 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
       .def_property_readonly("num_workers", &PyClient::num_workers,
                              "The number of worker tasks in the cluster (this one is `task`).")
       .def_property_readonly("task", &PyClient::task, "This worker's task index.")
+      .def_property_readonly("has_tasks", &PyClient::has_tasks,
+                             "Whether the job hands out tasks (its chief has --rows).")
+      .def("_next_task", &PyClient::NextTask, py::arg("batch_size"))
+      .def("_task_done", &PyClient::TaskDone)
       .def_property_readonly("data_plane", &PyClient::DataPlane,
                              "Per PS task, the transport its data channel took (\"grpc\" or "
                              "\"ucx\"); \"\" before the first pull or push made it.")

@@ -302,8 +302,8 @@ int main(int argc, char** argv) {
     }
     if (s.ok()) s = config->ValidateFor(launch.num_ps, launch.num_workers);
     if (s.ok()) {
-      // Client programs (--model external) have no task queue, so no recovery.
-      launch.recovery = config->task_rows != 0 && config->BuiltInModel();
+      // Client programs (--model external) have a task queue, so recovery, with --rows.
+      launch.recovery = config->task_rows != 0 && (config->BuiltInModel() || config->rows > 0);
       launch.checkpoint_dir = config->checkpoint_dir;
       launch.checkpoint_interval_given =
           config->checkpoint_every_steps > 0 || config->checkpoint_every_secs > 0;

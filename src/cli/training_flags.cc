@@ -59,7 +59,6 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--push_bucket_bytes", "--mode", {"async", "ssp"}},
       {"--hidden", "--model", {"mlp", "wide_deep"}},
       {"--batch", "--model", kBuiltIn},
-      {"--epochs", "--model", kBuiltIn},
       {"--embedding_dim", "--model", {"wide_deep"}},
       {"--shared_embedding", "--model", {"wide_deep"}},
       {"--table_optimizer", "--model", kWithTables},
@@ -226,6 +225,10 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--task_rows", c.task_rows,
                   "rows per task of the chief's task queue, which also turns recovery on "
                   "(-1: auto, up to 200 batches; 0: a fixed shard per worker, no recovery)")
+      ->capture_default_str();
+  app->add_option("--rows", c.rows,
+                  "--model external: the rows of the programs' data, which the chief cuts into "
+                  "tasks that the programs take (Client::NextTask; Python client.tasks())")
       ->capture_default_str();
   app->add_option("--heartbeat_secs", c.heartbeat_secs,
                   "task queue: seconds between a worker's heartbeats")

@@ -131,7 +131,8 @@ absl::Status Client::Impl::Connect() {
   num_workers_ = resp.num_workers();
   push_dtype_ = *DtypeFromName(options_.push_dtype);  // CheckOptions accepted it
   RebuildPsClient();
-  return WaitAtBarrier(kStartBarrier);
+  if (absl::Status s = WaitAtBarrier(kStartBarrier); !s.ok()) return s;
+  return JoinTasks();
 }
 
 absl::Status Client::Impl::CheckUsable() const {
@@ -187,6 +188,7 @@ absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optiona
   }
   pushed_ = kind;
   ++pushes_;
+  if (task_) ++task_steps_;
   if (pushes_ % kReportEvery == 0) return Report(false, "");
   return absl::OkStatus();
 }
@@ -242,9 +244,12 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
     return absl::FailedPreconditionError(
         "PushSparse without a Lookup since the last CreateTable: look the keys up first");
   }
+  absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kSparse);
+  if (!tag.ok()) return tag.status();
   int stale = 0;
   // Sync: every PS takes part in every table's step, so each gets this worker's gradient.
-  if (absl::Status s = table_client_->Push(keys, grads, /*every_ps=*/mode_ == "sync", &stale);
+  if (absl::Status s = table_client_->Push(keys, grads, /*every_ps=*/mode_ == "sync", &stale,
+                                           *tag ? &**tag : nullptr);
       !s.ok()) {
     return s;
   }
@@ -303,6 +308,7 @@ absl::Status Client::Impl::Done(const absl::Status& outcome) {
   if (done_) return absl::FailedPreconditionError("Done() was already called");
   if (absl::Status s = CheckIdle("Done"); !s.ok()) return s;
   done_ = true;
+  StopHeartbeats();
   // Leave first: once the last worker reports done the chief shuts the PS down. After the
   // chief said stop, the PS may already be gone and no step waits for this worker any more.
   absl::Status left = stopping_ ? absl::OkStatus() : ps_[current_]->Leave();
@@ -364,5 +370,10 @@ const std::string& Client::mode() const { return impl_->mode(); }
 std::vector<std::string> Client::data_plane() const { return impl_->data_plane(); }
 int Client::num_ps() const { return impl_->num_ps(); }
 int Client::num_workers() const { return impl_->num_workers(); }
+absl::StatusOr<std::optional<Task>> Client::NextTask(int64_t batch_size) {
+  return impl_->NextTask(batch_size);
+}
+absl::Status Client::TaskDone() { return impl_->TaskDone(); }
+bool Client::has_tasks() const { return impl_->has_tasks(); }
 
 }  // namespace pstrain

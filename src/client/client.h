@@ -160,6 +160,24 @@ struct TableOptions {
   int64_t max_bytes_per_ps = 0;
 };
 
+// A task of the chief's task queue (a job whose chief has --rows N, docs/recovery.md): rows
+// [begin, end) of the programs' data, to train on in epoch `epoch`, in batches of the size
+// NextTask was given. Batch k is the same rows whoever trains the task; that is what makes each
+// batch apply once when a task is handed out again after a failure.
+struct Task {
+  int epoch = 0;
+  int64_t index = 0;  // within the epoch, from 0
+  int64_t begin = 0, end = 0;
+  uint64_t seed = 0;       // the order of the rows is drawn from it
+  int64_t batch_size = 0;  // as NextTask was given
+
+  // The rows in the task's order: [begin, end) shuffled by `seed`.
+  std::vector<int64_t> Rows() const;
+  int64_t num_batches() const;
+  // Rows()[k * batch_size, (k + 1) * batch_size), the last batch shorter.
+  std::vector<int64_t> Batch(int64_t k) const;
+};
+
 // A PullAsync or PushAsync in flight: its call runs on a thread of the Client while the caller
 // works. Movable, not copyable; it must not outlive its Client, and is used from the thread that
 // uses the Client.
@@ -302,6 +320,22 @@ class Client {
   absl::Status PushSparse(const std::vector<std::vector<uint64_t>>& keys,
                           const std::vector<std::vector<float>>& grads, int64_t examples = 0,
                           std::optional<double> loss = std::nullopt);
+
+  // The task queue (a chief started with --rows N). NextTask returns the next task to train on
+  // in batches of `batch_size` rows (waiting while every task is handed out and some are in
+  // flight; in sync and ssp jobs this worker leaves the step meanwhile, as at a barrier), the
+  // same task again while the one in hand is not finished, or nullopt once every task of every
+  // epoch is applied (then call Done). Every Push and PushSparse made while a task is in hand is
+  // tagged with (epoch, task, batch) by the client, the batch counted as pushes() counts steps;
+  // a PS drops a batch it applied already, so a task handed out again applies each batch once.
+  // TaskDone finishes the task in hand: InvalidArgument naming both counts unless exactly
+  // num_batches() steps were pushed in it (nothing is reported then). In a job with tasks, a
+  // push outside a task is FailedPrecondition, and so is a push past the task's last batch.
+  // FailedPrecondition for NextTask or TaskDone in a job without tasks.
+  absl::StatusOr<std::optional<Task>> NextTask(int64_t batch_size);
+  absl::Status TaskDone();
+  // Whether the job has a task queue.
+  bool has_tasks() const;
 
   // The smallest variable version read by the last Pull: the global step in sync mode, the
   // number of updates applied in async and ssp mode. 0 before the first Pull.

@@ -160,6 +160,8 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
     return refuse(absl::FailedPreconditionError(
         "PushAsync while another push is in flight: Wait for it first"));
   }
+  absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kDense);
+  if (!tag.ok()) return refuse(tag.status());
   // Through the client whose last pull read the values these gradients come from: it tags
   // them with those versions. A pull in flight runs on the other client.
   PsClient* ps = ps_[current_].get();
@@ -168,8 +170,8 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
     uint64_t min_version = 0;
   };
   auto out = std::make_shared<Outcome>();
-  st->call = threads_[current_].Start([ps, grads, out] {
-    absl::Status s = ps->Push(grads, &out->stale);
+  st->call = threads_[current_].Start([ps, grads, out, tag = *std::move(tag)] {
+    absl::Status s = ps->Push(grads, &out->stale, tag ? &*tag : nullptr);
     out->min_version = ps->min_version_read();
     return s;
   });

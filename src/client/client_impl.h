@@ -5,8 +5,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "client/call_thread.h"
 #include "client/client.h"
 #include "client/ps_client.h"
@@ -22,6 +24,8 @@ class Client::Impl {
         chief_("chief " + options.chief),
         sender_(MakeSender("worker", options.task)),
         master_(std::move(master)) {}
+
+  ~Impl();  // stops the heartbeats
 
   absl::Status Connect();
   absl::StatusOr<int> CreateVariable(const VariableOptions& v);
@@ -39,6 +43,10 @@ class Client::Impl {
                           std::optional<double> loss);
   absl::Status Barrier(const std::string& name);
   absl::Status Done(const absl::Status& outcome);
+  // The task queue (client_tasks.cc).
+  absl::StatusOr<std::optional<Task>> NextTask(int64_t batch_size);
+  absl::Status TaskDone();
+  bool has_tasks() const { return heartbeat_interval_ > absl::ZeroDuration(); }
 
   int64_t global_step() const { return global_step_; }
   int64_t pushes() const { return pushes_; }
@@ -58,6 +66,13 @@ class Client::Impl {
   enum class Pushed { kNone, kDense, kSparse, kPaired };
   absl::Status AfterPush(Pushed kind, int64_t examples, std::optional<double> loss);
   void RebuildPsClient();
+  // After the start barrier: the chief's generation, and with a task queue the heartbeats.
+  absl::Status JoinTasks();
+  void SendHeartbeats() ABSL_LOCKS_EXCLUDED(heartbeat_mu_);
+  void StopHeartbeats() ABSL_LOCKS_EXCLUDED(heartbeat_mu_);
+  // The tag of a push of `kind` now: none in a job without tasks; FailedPrecondition outside a
+  // task or past its last batch.
+  absl::StatusOr<std::optional<PushTag>> TagFor(Pushed kind) const;
   void RebuildTableClient();
   std::unique_ptr<grpc::ClientContext> Context() const {
     return ContextWithTimeout(options_.timeout);
@@ -66,7 +81,7 @@ class Client::Impl {
   // Constant after Connect.
   const ClientOptions options_;
   const std::string chief_;  // "chief host:port", for messages
-  const Sender sender_;
+  Sender sender_;            // its generation set by JoinTasks
   const std::unique_ptr<MasterService::Stub> master_;
   std::string mode_;
   std::vector<std::string> ps_addresses_;  // from the chief, by task
@@ -105,6 +120,14 @@ class Client::Impl {
   std::optional<double> last_loss_;  // none until a push gives a loss
   bool stopping_ = false;            // the chief said the job is ending
   bool done_ = false;
+
+  // The task queue: set by JoinTasks.
+  absl::Duration heartbeat_interval_ = absl::ZeroDuration();  // zero: no task queue
+  std::optional<Task> task_;                                  // in hand, not finished
+  int64_t task_steps_ = 0;                                    // steps pushed in task_
+  absl::Mutex heartbeat_mu_;
+  bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  std::thread heartbeat_;
 };
 
 }  // namespace pstrain

@@ -27,4 +27,11 @@ inline int PsOfKey(uint64_t key, int num_ps) {
 // The seed of the random stream that draws the first row of `key` in a table seeded `seed`.
 constexpr uint64_t RowSeed(uint64_t seed, uint64_t key) { return MixKey(MixKey(seed) + key); }
 
+// The seed of the order of a client program's task (TaskAssignment.seed): the job's --seed, the
+// epoch and the task mixed.
+constexpr uint64_t TaskSeed(uint64_t job_seed, int epoch, int64_t task) {
+  return MixKey(MixKey(MixKey(job_seed) ^ static_cast<uint64_t>(epoch)) ^
+                static_cast<uint64_t>(task));
+}
+
 }  // namespace pstrain

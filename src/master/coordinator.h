@@ -110,6 +110,14 @@ class Coordinator {
   // the job). A report of done re-checks the open barriers. Sets *stop when the job is ending.
   absl::Status Report(const ProgressRequest& req, bool* stop);
 
+  // The seed a task's order of rows is drawn from (TaskAssignment.seed): a mix of `job_seed`,
+  // the epoch and the task.
+  void SetTaskSeed(uint64_t job_seed) ABSL_LOCKS_EXCLUDED(mu_);
+  // The job told every PS of these workers' incarnations (Configure, ReplaceWorker): until then
+  // NextTask answers a new incarnation WAIT, since the PS would refuse its pushes (before the
+  // first call, as in tests of the Coordinator alone, nothing is waited for).
+  void AnnounceWorkers(const std::vector<Sender>& workers) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Turns on the task queue (master/task_ledger.h) over the workers registered so far: from then
   // on workers take tasks (NextTask, TaskDone), every worker call counts as a heartbeat, and
   // the sweep declares dead a worker silent past `heartbeat_timeout`. Registering workers are
@@ -246,6 +254,9 @@ class Coordinator {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<std::string> abort_ ABSL_GUARDED_BY(mu_);
   std::optional<TaskLedger> ledger_ ABSL_GUARDED_BY(mu_);  // set by EnableTasks
+  uint64_t task_seed_ ABSL_GUARDED_BY(mu_) = 0;
+  bool start_released_ ABSL_GUARDED_BY(mu_) = false;      // the start barrier let every worker in
+  std::vector<uint64_t> announced_ ABSL_GUARDED_BY(mu_);  // by worker: the PS know it
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   absl::Duration ledger_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   LedgerShape shape_ ABSL_GUARDED_BY(mu_);  // of EnableTasks

@@ -25,11 +25,15 @@ std::string Ago(absl::Duration d) {
 void Coordinator::ReleaseBarriers(Finished* out) {
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     BarrierState& b = it->second;
-    bool all = ready_ || it->first != kStartBarrier;
+    const bool start = it->first == kStartBarrier;
+    bool all = ready_ || !start;
     for (int t = 0; all && t < num_workers_; ++t) {
       all = b.arrivals.contains(t) || progress_[t].done;
     }
+    // Once the job started, a worker that starts again (restarted) does not wait for the others.
+    all = all || (start && start_released_);
     if (all) {
+      start_released_ = start_released_ || start;
       for (auto& [task, call] : b.arrivals)
         out->emplace_back(std::move(call.done), absl::OkStatus());
       it = barriers_.erase(it);

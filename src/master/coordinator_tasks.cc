@@ -1,6 +1,7 @@
 // The Coordinator's task queue: EnableTasks and the NextTask, TaskDone and Heartbeat calls, over
 // a TaskLedger held under the Coordinator's lock.
 #include "absl/strings/str_cat.h"
+#include "common/keys.h"
 #include "common/rpc.h"
 #include "master/coordinator.h"
 
@@ -41,6 +42,19 @@ absl::Status Coordinator::EnableTasks(const LedgerShape& shape, absl::Duration h
   return absl::OkStatus();
 }
 
+void Coordinator::SetTaskSeed(uint64_t job_seed) {
+  absl::MutexLock lock(&mu_);
+  task_seed_ = job_seed;
+}
+
+void Coordinator::AnnounceWorkers(const std::vector<Sender>& workers) {
+  absl::MutexLock lock(&mu_);
+  announced_.resize(workers_.size(), 0);
+  for (const Sender& w : workers) {
+    if (w.task() >= 0 && w.task() < num_workers_) announced_[w.task()] = w.incarnation();
+  }
+}
+
 absl::Status Coordinator::NoTaskQueue(const Sender& s, const std::string& what) const {
   if (ready_)
     return absl::FailedPreconditionError(absl::StrCat(what, ": this job has no task queue"));
@@ -62,6 +76,13 @@ absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse*
   if (absl::Status s = CheckWorker(req.sender(), "NextTask"); !s.ok()) return s;
   if (absl::Status s = CheckGeneration(req.sender(), "NextTask"); !s.ok()) return s;
   if (absl::Status s = CheckAndSee(req.sender(), "NextTask"); !s.ok()) return s;
+  const int w = req.sender().task();
+  if (!announced_.empty() && announced_[w] != req.sender().incarnation()) {
+    // A restarted worker that the PS do not know yet (the job loop tells them within a second).
+    resp->set_kind(NextTaskResponse::WAIT);
+    resp->set_retry_after_s(kRetryAfterSeconds);
+    return absl::OkStatus();
+  }
   absl::StatusOr<pstrain::NextTask> next =
       ledger_->Next(req.sender().task(), req.sender().incarnation(), absl::Now());
   if (!next.ok()) return next.status();
@@ -73,6 +94,7 @@ absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse*
       t->set_task(next->task.id);
       t->set_begin(next->task.begin);
       t->set_end(next->task.end);
+      t->set_seed(TaskSeed(task_seed_, next->task.epoch, next->task.id));
       break;
     }
     case pstrain::NextTask::Kind::kWait:
@@ -117,6 +139,7 @@ absl::Status Coordinator::Heartbeat(const HeartbeatRequest& req, HeartbeatRespon
   }
   resp->set_stop(stop_);
   resp->set_generation(generation_);
+  if (ledger_) resp->set_heartbeat_interval_s(absl::ToDoubleSeconds(heartbeat_interval_));
   return absl::OkStatus();
 }
 

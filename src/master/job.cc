@@ -55,8 +55,10 @@ absl::StatusOr<JobResult> Job::Run() {
   if (model_job_ != nullptr) {
     task_rows_ = config_.TaskRows(model_job_->train_records(), static_cast<int>(workers_.size()));
     SetScheduleLength();
-    if (absl::Status s = EnableTasks(); !s.ok()) return s;
+  } else {
+    task_rows_ = config_.TaskRows(config_.rows, static_cast<int>(workers_.size()));
   }
+  if (absl::Status s = EnableTasks(); !s.ok()) return s;
   if (Recovery()) {
     // Reset first: a restarted chief numbers its runs above those the PS ran for the chief
     // before it, so that the old runs' calls are refused as those of another generation.
@@ -67,18 +69,18 @@ absl::StatusOr<JobResult> Job::Run() {
   if (absl::Status s = ConfigurePs(); !s.ok()) return s;
   if (model_job_ != nullptr) {
     if (absl::Status s = CreateModel(restore_); !s.ok()) return s;
-    if (checkpoints_ != nullptr && restore_ != nullptr) {
-      checkpoints_->SetRestoredStep(restore_->global_step);
-    }
-    if (checkpoints_ != nullptr && Recovery()) {
-      checkpoints_->SetLedgerSource([c = coordinator_] { return c->LedgerJson(); });
-    }
   } else {
-    if (checkpoints_ != nullptr && restore_ != nullptr) {
-      checkpoints_->SetRestoredStep(restore_->global_step);
-    }
+    // Client programs create their parameters themselves; they are restored as they do.
     coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
     coordinator_->SetCreateTable([this](const TableDef& def) { return CreateTable(def); });
+    started_.clear();
+    for (const Sender& w : coordinator_->Workers()) started_.push_back(w.incarnation());
+  }
+  if (checkpoints_ != nullptr && restore_ != nullptr) {
+    checkpoints_->SetRestoredStep(restore_->global_step);
+  }
+  if (checkpoints_ != nullptr && Recovery()) {
+    checkpoints_->SetLedgerSource([c = coordinator_] { return c->LedgerJson(); });
   }
   if (std::optional<std::string> r = coordinator_->AbortReason()) return Stopped(*r);
   coordinator_->SetReady();

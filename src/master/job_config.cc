@@ -35,10 +35,16 @@ JobConfig::JobConfig() {
 bool JobConfig::BuiltInModel() const { return model != "external"; }
 
 int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
-  if (task_rows >= 0 || !BuiltInModel()) return BuiltInModel() ? task_rows : 0;
-  const int64_t b = batch_size;
   const int64_t workers = std::max(num_workers, 1);
   const int64_t share = (rows + 8 * workers - 1) / (8 * workers);
+  if (!BuiltInModel()) {
+    // Client programs: no queue without --rows (or with --task_rows 0); auto is an eighth of a
+    // worker's share (their batch size is theirs).
+    if (rows <= 0 || task_rows == 0) return 0;
+    return task_rows > 0 ? task_rows : std::max<int64_t>(1, share);
+  }
+  if (task_rows >= 0) return task_rows;
+  const int64_t b = batch_size;
   const int64_t t = std::min(200 * b, share);
   return std::max(b, (t + b - 1) / b * b);
 }
@@ -89,10 +95,17 @@ absl::Status JobConfig::Validate() const {
     return Bad("--task_rows ", task_rows,
                " must be -1 (auto), 0 (fixed shards, no recovery) or a number of rows");
   }
-  if (task_rows > 0 && !BuiltInModel()) {
-    return Bad("--task_rows is for the built-in models, not --model ", model);
+  if (rows < 0) return Bad("--rows ", rows, " must be non-negative");
+  if (rows > 0 && BuiltInModel()) {
+    return Bad(
+        "--rows is for client programs (--model external); a built-in model's rows are "
+        "its --data's");
   }
-  if (task_rows != 0 && BuiltInModel()) {
+  if (task_rows > 0 && !BuiltInModel() && rows == 0) {
+    return Bad("--task_rows with --model external needs --rows: the number of rows the ",
+               "programs' data has, which the chief cuts into tasks");
+  }
+  if (task_rows != 0 && (BuiltInModel() || rows > 0)) {
     if (!(heartbeat_secs > 0) || !(heartbeat_timeout_secs > heartbeat_secs) ||
         std::isinf(heartbeat_timeout_secs)) {
       return Bad("--heartbeat_secs ", heartbeat_secs, " must be positive and less than ",

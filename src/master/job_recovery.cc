@@ -67,8 +67,8 @@ std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
 }
 
 LedgerShape Job::Shape() const {
-  return {model_job_->train_records(), task_rows_, config_.epochs,
-          static_cast<int>(workers_.size())};
+  return {model_job_ != nullptr ? model_job_->train_records() : config_.rows, task_rows_,
+          config_.epochs, static_cast<int>(workers_.size())};
 }
 
 absl::Status Job::EnableTasks() {
@@ -79,6 +79,7 @@ absl::Status Job::EnableTasks() {
     return s;
   }
   coordinator_->EnableRecovery();
+  coordinator_->SetTaskSeed(config_.seed);
   const LedgerShape shape = Shape();
   spdlog::info("task queue on ({} tasks of {} rows per epoch): recovery on",
                (shape.rows + task_rows_ - 1) / task_rows_, task_rows_);
@@ -126,7 +127,8 @@ absl::Status Job::ConfigurePs() {
                                                          : static_cast<int>(workers_.size());
   c->set_replicas_to_aggregate(replicas);
   c->set_staleness(config_.staleness);
-  for (const Sender& w : coordinator_->Workers()) *req.add_workers() = w;
+  const std::vector<Sender> workers = coordinator_->Workers();
+  for (const Sender& w : workers) *req.add_workers() = w;
   req.set_wait_timeout_s(absl::ToDoubleSeconds(config_.task_timeout));
   req.set_generation(generation_);
   for (size_t t = 0; t < ps_.size(); ++t) {
@@ -136,6 +138,7 @@ absl::Status Job::ConfigurePs() {
                       [&](grpc::ClientContext* ctx) { return ps_[t]->Configure(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
+  coordinator_->AnnounceWorkers(workers);
   spdlog::info("mode {}{}{}", config_.mode,
                config_.mode == "sync"
                    ? absl::StrCat(": ", replicas, " of ", workers_.size(), " gradients per step")
@@ -205,6 +208,12 @@ absl::StatusOr<LoadedCheckpoint*> Job::LatestCheckpoint() {
 }
 
 absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* alive) {
+  if (model_job_ == nullptr) {
+    // Client programs hold placements and generations of their own (docs/recovery.md).
+    return absl::FailedPreconditionError(
+        absl::StrCat("a job of client programs cannot roll back yet (", reason,
+                     "): start it again with --resume on its --checkpoint_dir"));
+  }
   spdlog::warn("rollback: {}; the job goes on from its latest checkpoint", reason);
   if (absl::Status s = WaitForPs(config_.task_timeout); !s.ok()) return s;
   absl::StatusOr<LoadedCheckpoint*> ckpt = LatestCheckpoint();
@@ -240,8 +249,11 @@ absl::StatusOr<std::string> Job::CheckApplied() {
   auto batches_of = [&ledger](int e, int64_t t) -> int64_t {
     return ledger.at("ledger").at(e).at(t).at("steps").get<int64_t>();
   };
-  return CheckWatermarks(applied, Shape(), config_.batch_size, placer_->NumShards(),
-                         static_cast<int64_t>(model_job_->model().tables().size()), batches_of);
+  return CheckWatermarks(
+      applied, Shape(), config_.batch_size, placer_->NumShards(),
+      static_cast<int64_t>(model_job_ != nullptr ? model_job_->model().tables().size()
+                                                 : tables_->tables().size()),
+      batches_of);
 }
 
 void Job::LedgerTotals(JobResult* result) {

@@ -84,10 +84,16 @@ absl::Status Job::StartReplacements(std::vector<absl::Time>* alive, absl::Time n
           [&](grpc::ClientContext* ctx) { return ps_[p]->ReplaceWorker(ctx, req, &resp); });
       if (!s.ok()) return s;
     }
-    StartTrainingResponse resp;
-    if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
+    coordinator_->AnnounceWorkers({workers[t]});
     started_[t] = workers[t].incarnation();
     (*alive)[t] = now;
+    if (model_job_ == nullptr) {  // a client program: it takes tasks by itself
+      spdlog::info("{} replaced by incarnation {}", TaskName("worker", t),
+                   workers[t].incarnation());
+      continue;
+    }
+    StartTrainingResponse resp;
+    if (absl::Status s = StartWorker(t, &resp); !s.ok()) return s;
     spdlog::info("{} replaced by incarnation {}, started on the task queue", TaskName("worker", t),
                  workers[t].incarnation());
   }

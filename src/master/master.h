@@ -85,8 +85,10 @@ struct JobConfig {
   // heartbeat_timeout_secs is declared dead and replaced. The queue also turns recovery on: a
   // restarted PS (or, in sync and ssp modes, worker) rolls the job back to its latest
   // checkpoint. -1 = auto (TaskRows), 0 = every worker trains on a fixed shard, no recovery.
-  // The built-in models only (an external job has no queue).
+  // Client programs (--model external) have a queue when `rows` is set: the number of rows of
+  // their data, which the chief cuts into tasks as it cuts a built-in model's records.
   int64_t task_rows = -1;
+  int64_t rows = 0;
   double heartbeat_secs = 1;
   double heartbeat_timeout_secs = 10;
   // This chief was restarted by its supervisor after the job's chief died (with restore_from the

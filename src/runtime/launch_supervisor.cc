@@ -90,9 +90,12 @@ void Supervisor::StopAll(absl::Duration grace) {
 
 Supervisor::Verdict Supervisor::OnDeath(size_t i) {
   const Child& c = children_[i];
-  // A worker command is the user's program: whether it can rejoin is its own affair. A chief that
-  // exited by itself with an error has ended the job and said why.
-  if (!policy_.enabled || c.command || (i == 0 && WIFEXITED(c.status))) return Verdict::kOff;
+  // A worker command is the user's program: it rejoins a job that hands out tasks (it takes
+  // them again), else that is its own affair. A chief that exited by itself with an error has
+  // ended the job and said why.
+  if (!policy_.enabled || (c.command && !policy_.recovery) || (i == 0 && WIFEXITED(c.status))) {
+    return Verdict::kOff;
+  }
   if (!policy_.recovery) return Verdict::kNoRecovery;
   if (c.restarts >= policy_.max_restarts) return Verdict::kExhausted;
   if (!Pending(i)) pending_.push_back({i, absl::Now() + kBackoff});

@@ -256,7 +256,7 @@ class Cluster {
           output_.EndProgress();
           std::fprintf(stderr,
                        "pstrain launch: %s; this job has no recovery (no task queue: --task_rows "
-                       "0, or --model external), so it is not restarted\n",
+                       "0, or --model external without --rows), so it is not restarted\n",
                        Describe(c).c_str());
           break;
         case Supervisor::Verdict::kExhausted:

@@ -100,9 +100,10 @@ struct LaunchOptions {
   // same command after a short backoff, on the same address, at most `max_restarts` times per
   // task; a killed chief with --restarted, from `checkpoint_dir` once the job saved a checkpoint
   // there, else from the user's own restore (RestartedChief, docs/recovery.md); a chief that
-  // exited by itself is not restarted. Each restart is printed. A job
-  // without `recovery` (no task queue: the chief's --task_rows 0, or --model external) is not
-  // restarted: it ends as without restarts.
+  // exited by itself is not restarted. Each restart is printed. With `recovery`, a worker
+  // command (a client program taking tasks: --model external --rows N) that died is started
+  // again too. A job without `recovery` (no task queue: the chief's --task_rows 0, or --model
+  // external without --rows) is not restarted: it ends as without restarts.
   bool restart_failed = true;
   int max_restarts = 5;
   bool recovery = true;

@@ -1,0 +1,191 @@
+// The task queue of a Client (a chief started with --rows N, docs/recovery.md): heartbeats,
+// NextTask and TaskDone, and the tags of the pushes made inside a task.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+
+namespace pstrain {
+namespace {
+
+// The longest a WAIT answer makes NextTask sleep before it asks again.
+constexpr absl::Duration kLongestWait = absl::Seconds(1);
+
+std::string TaskString(const Task& t) {
+  return absl::StrCat("task ", t.index, " of epoch ", t.epoch);
+}
+
+}  // namespace
+
+std::vector<int64_t> Task::Rows() const {
+  std::vector<int64_t> rows(static_cast<size_t>(std::max<int64_t>(0, end - begin)));
+  std::iota(rows.begin(), rows.end(), begin);
+  // Fisher-Yates with mt19937_64, spelled out so that every platform draws the same order.
+  std::mt19937_64 rng(seed);
+  for (size_t i = rows.size(); i > 1; --i) std::swap(rows[i - 1], rows[rng() % i]);
+  return rows;
+}
+
+int64_t Task::num_batches() const {
+  if (batch_size < 1 || end <= begin) return 0;
+  return (end - begin + batch_size - 1) / batch_size;
+}
+
+std::vector<int64_t> Task::Batch(int64_t k) const {
+  if (k < 0 || k >= num_batches()) return {};
+  const std::vector<int64_t> rows = Rows();
+  const int64_t from = k * batch_size;
+  const int64_t to = std::min<int64_t>(from + batch_size, static_cast<int64_t>(rows.size()));
+  return {rows.begin() + from, rows.begin() + to};
+}
+
+Client::Impl::~Impl() { StopHeartbeats(); }
+
+absl::Status Client::Impl::JoinTasks() {
+  HeartbeatRequest req;
+  *req.mutable_sender() = sender_;
+  HeartbeatResponse resp;
+  absl::Status s =
+      FromGrpcStatus(master_->Heartbeat(Context().get(), req, &resp), "Heartbeat", chief_);
+  if (!s.ok()) return s;
+  sender_.set_generation(resp.generation());
+  const double interval = resp.heartbeat_interval_s();
+  if (std::isfinite(interval) && interval > 0) {
+    heartbeat_interval_ =
+        std::clamp(absl::Seconds(interval), absl::Milliseconds(10), absl::Seconds(60));
+    heartbeat_ = std::thread([this] { SendHeartbeats(); });
+  }
+  RebuildPsClient();  // its requests carry the generation
+  return absl::OkStatus();
+}
+
+void Client::Impl::SendHeartbeats() {
+  HeartbeatRequest req;
+  *req.mutable_sender() = sender_;  // set before this thread started, constant since
+  absl::MutexLock lock(&heartbeat_mu_);
+  while (!heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stop_), heartbeat_interval_)) {
+    heartbeat_mu_.Unlock();
+    HeartbeatResponse resp;
+    // A failed heartbeat is not this thread's to report: a chief that is gone shows in the
+    // program's next call.
+    (void)master_->Heartbeat(ContextWithTimeout(heartbeat_interval_).get(), req, &resp);
+    heartbeat_mu_.Lock();
+  }
+}
+
+void Client::Impl::StopHeartbeats() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_stop_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+absl::StatusOr<std::optional<PushTag>> Client::Impl::TagFor(Pushed kind) const {
+  if (!has_tasks()) return std::optional<PushTag>();
+  if (!task_) {
+    return absl::FailedPreconditionError(
+        "a push outside a task: this job hands out tasks (its chief has --rows); push inside "
+        "one (Client::NextTask and TaskDone; Python: for task in client.tasks(batch_size))");
+  }
+  const Pushed other = kind == Pushed::kDense ? Pushed::kSparse : Pushed::kDense;
+  // The second push of a step (dense and sparse) carries the step's batch.
+  const int64_t batch = pushed_ == other ? task_steps_ - 1 : task_steps_;
+  if (batch >= task_->num_batches()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(TaskString(*task_), " has ", task_->num_batches(), " batches of ",
+                     task_->batch_size, " rows, all pushed: call TaskDone, then NextTask"));
+  }
+  PushTag tag;
+  tag.set_epoch(task_->epoch);
+  tag.set_task(task_->index);
+  tag.set_batch(batch);
+  return std::optional<PushTag>(std::move(tag));
+}
+
+absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  if (!has_tasks()) {
+    return absl::FailedPreconditionError(
+        "NextTask: this job has no task queue (start its chief with --rows N, the rows of the "
+        "programs' data)");
+  }
+  if (batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NextTask: batch size ", batch_size, " must be at least 1"));
+  }
+  if (absl::Status s = CheckIdle("NextTask"); !s.ok()) return s;
+  // Sync and ssp: a worker with no task must not hold back the steps or clocks of the others.
+  const bool pause_when_waiting = mode_ == "sync" || mode_ == "ssp";
+  bool paused = false;
+  while (true) {
+    NextTaskRequest req;
+    *req.mutable_sender() = sender_;
+    NextTaskResponse resp;
+    absl::Status s =
+        FromGrpcStatus(master_->NextTask(Context().get(), req, &resp), "NextTask", chief_);
+    if (!s.ok()) return s;
+    if (resp.kind() == NextTaskResponse::FINISHED) {
+      task_.reset();
+      return std::optional<Task>();
+    }
+    if (resp.kind() == NextTaskResponse::TASK) {
+      const TaskAssignment& a = resp.task();
+      if (a.begin() < 0 || a.end() <= a.begin() || a.epoch() < 0 || a.task() < 0) {
+        return absl::InternalError(absl::StrCat("the ", chief_, " handed out rows [", a.begin(),
+                                                ", ", a.end(), ") as task ", a.task(), " of epoch ",
+                                                a.epoch()));
+      }
+      // The task in hand again (not finished) starts over: the PS drop the batches it applied.
+      task_ = Task{.epoch = a.epoch(),
+                   .index = a.task(),
+                   .begin = a.begin(),
+                   .end = a.end(),
+                   .seed = a.seed(),
+                   .batch_size = batch_size};
+      task_steps_ = 0;
+      pushed_ = Pushed::kNone;
+      return task_;
+    }
+    if (pause_when_waiting && !paused) {
+      if (absl::Status left = ps_[current_]->Leave(/*pause=*/true); !left.ok()) return left;
+      after_barrier_ = tables_after_barrier_ = true;  // the next reads do not wait for a step
+      paused = true;
+    }
+    const double after = std::isfinite(resp.retry_after_s()) ? resp.retry_after_s() : 0;
+    absl::SleepFor(std::clamp(absl::Seconds(after), absl::Milliseconds(10), kLongestWait));
+  }
+}
+
+absl::Status Client::Impl::TaskDone() {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  if (!has_tasks()) {
+    return absl::FailedPreconditionError(
+        "TaskDone: this job has no task queue (start its chief with --rows N)");
+  }
+  if (!task_)
+    return absl::FailedPreconditionError("TaskDone without a task in hand: NextTask first");
+  if (absl::Status s = CheckIdle("TaskDone"); !s.ok()) return s;
+  const int64_t batches = task_->num_batches();
+  if (task_steps_ != batches) {
+    return absl::InvalidArgumentError(absl::StrCat("TaskDone: ", TaskString(*task_), " has ",
+                                                   batches, " batches of ", task_->batch_size,
+                                                   " rows; ", task_steps_, " were pushed"));
+  }
+  TaskDoneRequest req;
+  *req.mutable_sender() = sender_;
+  req.set_epoch(task_->epoch);
+  req.set_task(task_->index);
+  req.set_steps(batches);
+  req.set_examples(task_->end - task_->begin);
+  TaskDoneResponse resp;
+  absl::Status s =
+      FromGrpcStatus(master_->TaskDone(Context().get(), req, &resp), "TaskDone", chief_);
+  if (s.ok()) task_.reset();
+  return s;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,128 @@
+"""`pstrain launch --rows N -- python3 examples/python/mnist_torch.py`: the PyTorch CNN on the
+chief's tasks, with one worker's Python process killed (SIGKILL) in the middle of training (and
+the same for the C++ example, examples/linear_regression.cc). The launcher starts the script
+again, the chief hands the dead worker's task out again, and the job
+ends by itself with exit code 0, every task applied once (the chief's check of the ledger and of
+every PS's task watermarks) and the test accuracy of a sound run.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+BINARY = os.environ.get("PSTRAIN_BINARY", "")
+SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+SCRIPT = os.path.join(SOURCE_DIR, "examples", "python", "mnist_torch.py")
+DATA = os.path.join(SOURCE_DIR, "data", "mnist")
+
+
+def worker_pid(launcher, index, program=SCRIPT):
+    """The pid of the launcher's child running `program` as worker `index` (by its TF_CONFIG),
+    or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher:
+                continue
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                if program.encode() not in f.read():
+                    continue
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = dict(v.split("=", 1) for v in f.read().decode().split("\0") if "=" in v)
+        except (OSError, ValueError, IndexError):
+            continue
+        task = json.loads(env.get("TF_CONFIG", "{}")).get("task", {})
+        if task.get("type") == "worker" and task.get("index") == index:
+            return int(entry)
+    return None
+
+
+def test_a_killed_script_is_restarted_and_its_task_applied_once(tmp_path):
+    assert BINARY and os.access(BINARY, os.X_OK), "PSTRAIN_BINARY=%r is not built" % BINARY
+    argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1",
+            "--task_rows", "3200", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
+            "--", "/usr/bin/python3", SCRIPT, "--data", DATA, "--epochs", "1",
+            "--schedule", "constant"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, errors="replace")
+    lines, out = [], []
+    readers = [threading.Thread(target=lambda: lines.extend(proc.stderr)),
+               threading.Thread(target=lambda: out.append(proc.stdout.read()))]
+    for t in readers:
+        t.start()
+    try:
+        # Killed once the job is well under way: 150 of its 938 steps pushed.
+        deadline = time.monotonic() + 240
+        while not any(int(m.group(1)) >= 150 for m in
+                      (re.search(r"step (\d+) ", l) for l in list(lines)) if m):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        pid = worker_pid(proc.pid, 1)
+        assert pid is not None, "".join(lines)
+        os.kill(pid, signal.SIGKILL)
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for t in readers:
+            t.join()
+    err = "".join(lines)
+    assert rc == 0, err
+    assert "restarting worker:1" in err, err
+    result = json.loads(out[0].strip().splitlines()[-1])
+    assert result["tasks_applied_once"], result
+    assert result["workers_replaced"] == 1 and result["tasks_redone"] >= 1, result
+    assert result["tasks_applied"] == result["tasks"] == 19, result
+    accuracy = json.loads(re.search(r"worker:0 result: (\{.*\})", err).group(1))
+    assert accuracy["test_accuracy"] >= 0.95, accuracy
+
+
+def test_the_cpp_example_on_tasks_survives_a_killed_worker(tmp_path):
+    """The C++ client program (examples/linear_regression.cc) on tasks: worker 1 killed once
+    the job is under way, restarted by the launcher; every task applied once and the model
+    learnt."""
+    example = os.path.join(os.path.dirname(BINARY), "linear_regression")
+    assert os.access(example, os.X_OK), "%s is not built" % example
+    argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "200000", "--epochs", "2",
+            "--task_rows", "10000", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
+            "--", example, "--examples", "200000", "--batch", "32", "--lr", "0.05"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, errors="replace")
+    lines, out = [], []
+    readers = [threading.Thread(target=lambda: lines.extend(proc.stderr)),
+               threading.Thread(target=lambda: out.append(proc.stdout.read()))]
+    for t in readers:
+        t.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not any(int(m.group(1)) >= 2000 for m in
+                      (re.search(r"step (\d+) ", l) for l in list(lines)) if m):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.02)
+        pid = worker_pid(proc.pid, 1, example)
+        assert pid is not None, "".join(lines)
+        os.kill(pid, signal.SIGKILL)
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for t in readers:
+            t.join()
+    err = "".join(lines)
+    assert rc == 0, err
+    assert "restarting worker:1" in err, err
+    result = json.loads(out[0].strip().splitlines()[-1])
+    assert result["tasks_applied_once"] and result["workers_replaced"] == 1, result
+    assert result["tasks_applied"] == result["tasks"] == 40, result
+    for i in range(2):
+        worker = json.loads(re.search(r"worker:%d result: (\{.*\})" % i, err).group(1))
+        assert worker["w_error"] < 0.02, worker
