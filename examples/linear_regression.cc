@@ -199,7 +199,10 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::optional<pstrain::Task>> task = client.NextTask(flags.batch);
       check(task.status(), "next task");
       if (!task->has_value()) break;
-      for (int64_t k = 0; k < (*task)->num_batches(); ++k, ++taken) step((*task)->Batch(k));
+      // A task the job abandoned (it rolled back) is left at once: its pushes would be dropped.
+      for (int64_t k = 0; k < (*task)->num_batches() && !client.task_abandoned(); ++k, ++taken) {
+        step((*task)->Batch(k));
+      }
       check(client.TaskDone(), "task done");
     }
   } else {

@@ -14,6 +14,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 SCRIPT = os.path.join(SOURCE_DIR, "examples", "python", "mnist_torch.py")
@@ -44,12 +46,27 @@ def worker_pid(launcher, index, program=SCRIPT):
     return None
 
 
-def test_a_killed_script_is_restarted_and_its_task_applied_once(tmp_path):
-    assert BINARY and os.access(BINARY, os.X_OK), "PSTRAIN_BINARY=%r is not built" % BINARY
-    argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1",
-            "--task_rows", "3200", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
-            "--", "/usr/bin/python3", SCRIPT, "--data", DATA, "--epochs", "1",
-            "--schedule", "constant"]
+def server_pid(launcher, job, index):
+    """The pid of the launcher's child `pstrain server --job job --task index`, or None."""
+    want = ["server", "--job", job, "--task", str(index)]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == launcher and args[1:6] == want:
+            return int(entry)
+    return None
+
+
+def launch_and_kill(argv, at_step, find_pid):
+    """Runs `pstrain launch` `argv`, SIGKILLs find_pid(launcher pid) once the chief's progress
+    passed `at_step`, and waits for the launch: (exit code, its stderr, its result line)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, errors="replace")
     lines, out = [], []
@@ -58,13 +75,12 @@ def test_a_killed_script_is_restarted_and_its_task_applied_once(tmp_path):
     for t in readers:
         t.start()
     try:
-        # Killed once the job is well under way: 150 of its 938 steps pushed.
         deadline = time.monotonic() + 240
-        while not any(int(m.group(1)) >= 150 for m in
+        while not any(int(m.group(1)) >= at_step for m in
                       (re.search(r"step (\d+) ", l) for l in list(lines)) if m):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.05)
-        pid = worker_pid(proc.pid, 1)
+            time.sleep(0.02)
+        pid = find_pid(proc.pid)
         assert pid is not None, "".join(lines)
         os.kill(pid, signal.SIGKILL)
         rc = proc.wait(timeout=300)
@@ -74,13 +90,32 @@ def test_a_killed_script_is_restarted_and_its_task_applied_once(tmp_path):
             proc.wait()
         for t in readers:
             t.join()
-    err = "".join(lines)
+    result = out[0].strip().splitlines()[-1] if out and out[0].strip() else "{}"
+    return rc, "".join(lines), json.loads(result)
+
+
+@pytest.mark.parametrize("victim", ["worker", "ps"])
+def test_a_killed_script_or_ps_and_every_task_applied_once(tmp_path, victim):
+    """A worker's script killed: restarted, its task handed out again. A PS killed: restarted,
+    the job rolled back to its latest checkpoint (or the initial values) with the scripts going
+    on, their tasks in hand abandoned."""
+    assert BINARY and os.access(BINARY, os.X_OK), "PSTRAIN_BINARY=%r is not built" % BINARY
+    argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1",
+            "--task_rows", "3200", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
+            "--", "/usr/bin/python3", SCRIPT, "--data", DATA, "--epochs", "1",
+            "--schedule", "constant"]
+    find = ((lambda launcher: worker_pid(launcher, 1)) if victim == "worker"
+            else (lambda launcher: server_pid(launcher, "ps", 1)))
+    # Killed once the job is well under way: 150 of its 938 steps pushed.
+    rc, err, result = launch_and_kill(argv, 150, find)
     assert rc == 0, err
-    assert "restarting worker:1" in err, err
-    result = json.loads(out[0].strip().splitlines()[-1])
+    assert ("restarting %s:1" % victim) in err, err
     assert result["tasks_applied_once"], result
-    assert result["workers_replaced"] == 1 and result["tasks_redone"] >= 1, result
     assert result["tasks_applied"] == result["tasks"] == 19, result
+    if victim == "worker":
+        assert result["workers_replaced"] == 1 and result["tasks_redone"] >= 1, result
+    else:
+        assert result["rollbacks"] == 1, result
     accuracy = json.loads(re.search(r"worker:0 result: (\{.*\})", err).group(1))
     assert accuracy["test_accuracy"] >= 0.95, accuracy
 
@@ -94,33 +129,9 @@ def test_the_cpp_example_on_tasks_survives_a_killed_worker(tmp_path):
     argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "200000", "--epochs", "2",
             "--task_rows", "10000", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
             "--", example, "--examples", "200000", "--batch", "32", "--lr", "0.05"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, errors="replace")
-    lines, out = [], []
-    readers = [threading.Thread(target=lambda: lines.extend(proc.stderr)),
-               threading.Thread(target=lambda: out.append(proc.stdout.read()))]
-    for t in readers:
-        t.start()
-    try:
-        deadline = time.monotonic() + 240
-        while not any(int(m.group(1)) >= 2000 for m in
-                      (re.search(r"step (\d+) ", l) for l in list(lines)) if m):
-            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.02)
-        pid = worker_pid(proc.pid, 1, example)
-        assert pid is not None, "".join(lines)
-        os.kill(pid, signal.SIGKILL)
-        rc = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for t in readers:
-            t.join()
-    err = "".join(lines)
+    rc, err, result = launch_and_kill(argv, 2000, lambda launcher: worker_pid(launcher, 1, example))
     assert rc == 0, err
     assert "restarting worker:1" in err, err
-    result = json.loads(out[0].strip().splitlines()[-1])
     assert result["tasks_applied_once"] and result["workers_replaced"] == 1, result
     assert result["tasks_applied"] == result["tasks"] == 40, result
     for i in range(2):

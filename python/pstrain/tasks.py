@@ -36,9 +36,13 @@ class Task:
         """Yields the rows of each batch in turn (int64 arrays); after the last batch was
         trained (its pushes made), finishes the task with the chief. Leaving the loop early
         leaves the task in hand: the next task asked for is this one again, from its first
-        batch (the PS drop the batches already applied)."""
+        batch (the PS drop the batches already applied). When the job rolls back meanwhile (a
+        PS died), the task is abandoned: the loop stops at the next batch and the next task
+        is one of the restored job; nothing is raised."""
         rows = self.rows()
         for k in range(self.num_batches):
+            if self._client._task_abandoned:
+                return
             yield rows[k * self.batch_size:(k + 1) * self.batch_size]
         self._client._task_done()
 

@@ -72,6 +72,7 @@ class PyClient {
     Call([](Core& c) { return c.client->TaskDone(); });
   }
   bool has_tasks() const { return has_tasks_; }
+  bool TaskAbandoned() const { return core_->client->task_abandoned(); }
   bool Exit(const py::object& type, const py::object& value);
 
   int64_t global_step() const { return core_->global_step; }
@@ -491,6 +492,7 @@ that it failed, which ends the job. Later calls raise FailedPreconditionError.)"
                              "Whether the job hands out tasks (its chief has --rows).")
       .def("_next_task", &PyClient::NextTask, py::arg("batch_size"))
       .def("_task_done", &PyClient::TaskDone)
+      .def_property_readonly("_task_abandoned", &PyClient::TaskAbandoned)
       .def_property_readonly("data_plane", &PyClient::DataPlane,
                              "Per PS task, the transport its data channel took (\"grpc\" or "
                              "\"ucx\"); \"\" before the first pull or push made it.")

@@ -226,8 +226,23 @@ absl::Status Client::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys
   // barrier, when it reads the step that is there.
   const bool sync = mode_ == "sync";
   const uint64_t min_version = sync && !tables_after_barrier_ ? next_table_version_ : 0;
-  absl::Status s = table_client_->Lookup(keys, &rows_, min_version, mode_ == "ssp" ? pushes_ : 0);
+  absl::Status s =
+      abandoned_ ? absl::OkStatus()
+                 : table_client_->Lookup(keys, &rows_, min_version, mode_ == "ssp" ? pushes_ : 0);
+  if (!s.ok()) s = AbandonIfRolledBack(std::move(s));
   if (!s.ok()) return s;
+  if (abandoned_) {
+    // The job rolled back: the task is abandoned and its pushes dropped, so any rows of the
+    // right size do (zeros).
+    if (keys.size() != tables_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("Lookup: keys of ", keys.size(),
+                                                     " tables, the client has ", tables_.size()));
+    }
+    rows_.resize(tables_.size());
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      rows_[t].assign(keys[t].size() * static_cast<size_t>(tables_[t].dim), 0.0f);
+    }
+  }
   looked_up_ = true;
   tables_after_barrier_ = false;
   pushed_ = Pushed::kNone;
@@ -244,6 +259,7 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
     return absl::FailedPreconditionError(
         "PushSparse without a Lookup since the last CreateTable: look the keys up first");
   }
+  if (abandoned_) return absl::OkStatus();  // dropped: the job rolled back
   absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kSparse);
   if (!tag.ok()) return tag.status();
   int stale = 0;
@@ -251,7 +267,7 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
   if (absl::Status s = table_client_->Push(keys, grads, /*every_ps=*/mode_ == "sync", &stale,
                                            *tag ? &**tag : nullptr);
       !s.ok()) {
-    return s;
+    return AbandonIfRolledBack(std::move(s));
   }
   next_table_version_ = table_client_->min_version_read() + 1;
   stale_dropped_ += stale;
@@ -375,5 +391,6 @@ absl::StatusOr<std::optional<Task>> Client::NextTask(int64_t batch_size) {
 }
 absl::Status Client::TaskDone() { return impl_->TaskDone(); }
 bool Client::has_tasks() const { return impl_->has_tasks(); }
+bool Client::task_abandoned() const { return impl_->task_abandoned(); }
 
 }  // namespace pstrain

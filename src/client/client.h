@@ -336,6 +336,13 @@ class Client {
   absl::Status TaskDone();
   // Whether the job has a task queue.
   bool has_tasks() const;
+  // After a rollback (a PS died, or in sync and ssp a worker; docs/recovery.md): the job went
+  // back to its latest checkpoint and the task in hand is abandoned. No call fails for it: from
+  // the call that learnt of it until the next NextTask, Push and PushSparse are dropped, Pull
+  // gives the values in hand and Lookup zeros, and TaskDone reports nothing. A loop over the
+  // task's batches may stop early when this is true; NextTask then hands out a task of the
+  // restored job.
+  bool task_abandoned() const;
 
   // The smallest variable version read by the last Pull: the global step in sync mode, the
   // number of updates applied in async and ssp mode. 0 before the first Pull.

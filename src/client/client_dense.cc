@@ -77,6 +77,15 @@ std::vector<std::string> Client::Impl::data_plane() const {
   return names;
 }
 
+absl::Status Client::Impl::ValuesInHand(std::vector<const float*>* values) const {
+  if (!pulled_ || pull_values_[current_].size() != variables_.size()) {
+    return absl::AbortedError(
+        "the job rolled back to its checkpoint before this worker pulled: take the next task");
+  }
+  *values = pull_values_[current_];
+  return absl::OkStatus();
+}
+
 absl::Status Client::Impl::CheckIdle(const char* what) const {
   if (pull_in_flight_ == nullptr && push_in_flight_ == nullptr) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -109,6 +118,7 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
     return refuse(absl::FailedPreconditionError(
         "PullAsync while another pull is in flight: Wait for it first"));
   }
+  if (abandoned_) return refuse(ValuesInHand(values));
   const bool sync = mode_ == "sync";
   if (sync && push_in_flight_ != nullptr) {
     return refuse(absl::FailedPreconditionError(
@@ -129,7 +139,10 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
       [ps, out, min_version, clock, sync] { return ps->Pull(out, min_version, clock, sync); });
   st->finish = [this, target, values](absl::Status s) {
     pull_in_flight_ = nullptr;
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      if (absl::Status a = AbandonIfRolledBack(std::move(s)); !a.ok()) return a;
+      return ValuesInHand(values);
+    }
     current_ = target;
     pulled_ = true;
     after_barrier_ = false;
@@ -160,6 +173,7 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
     return refuse(absl::FailedPreconditionError(
         "PushAsync while another push is in flight: Wait for it first"));
   }
+  if (abandoned_) return refuse(absl::OkStatus());  // dropped: the job rolled back
   absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kDense);
   if (!tag.ok()) return refuse(tag.status());
   // Through the client whose last pull read the values these gradients come from: it tags
@@ -177,7 +191,7 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
   });
   st->finish = [this, out, examples, loss](absl::Status s) {
     push_in_flight_ = nullptr;
-    if (!s.ok()) return s;
+    if (!s.ok()) return AbandonIfRolledBack(std::move(s));
     // Sync: the step this push contributed to is the one read; the next pull waits for the next.
     next_min_version_ = out->min_version + 1;
     stale_dropped_ += out->stale;

@@ -47,6 +47,7 @@ class Client::Impl {
   absl::StatusOr<std::optional<Task>> NextTask(int64_t batch_size);
   absl::Status TaskDone();
   bool has_tasks() const { return heartbeat_interval_ > absl::ZeroDuration(); }
+  bool task_abandoned() const { return abandoned_; }
 
   int64_t global_step() const { return global_step_; }
   int64_t pushes() const { return pushes_; }
@@ -73,6 +74,14 @@ class Client::Impl {
   // The tag of a push of `kind` now: none in a job without tasks; FailedPrecondition outside a
   // task or past its last batch.
   absl::StatusOr<std::optional<PushTag>> TagFor(Pushed kind) const;
+  // With tasks, after `s` failed a call: if the chief runs another generation (the job rolled
+  // back), abandons the task in hand and returns OK (docs/recovery.md, "Client programs");
+  // else returns `s`.
+  absl::Status AbandonIfRolledBack(absl::Status s);
+  // The next NextTask's first step after an abandoned task: the new generation's clients.
+  void AdoptGeneration();
+  // The values of the last pull, for a read after the job rolled back (Aborted if none).
+  absl::Status ValuesInHand(std::vector<const float*>* values) const;
   void RebuildTableClient();
   std::unique_ptr<grpc::ClientContext> Context() const {
     return ContextWithTimeout(options_.timeout);
@@ -125,6 +134,10 @@ class Client::Impl {
   absl::Duration heartbeat_interval_ = absl::ZeroDuration();  // zero: no task queue
   std::optional<Task> task_;                                  // in hand, not finished
   int64_t task_steps_ = 0;                                    // steps pushed in task_
+  // The job rolled back: pushes are dropped and reads give the values in hand until NextTask
+  // adopts `next_generation_`.
+  bool abandoned_ = false;
+  uint64_t next_generation_ = 0;
   absl::Mutex heartbeat_mu_;
   bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   std::thread heartbeat_;

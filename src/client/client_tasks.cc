@@ -84,6 +84,43 @@ void Client::Impl::StopHeartbeats() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
+absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
+  if (s.ok() || !has_tasks()) return s;
+  // What a PS that died (or was restarted, or reset by a rollback) answers: the chief then
+  // rolls the job back, which this worker waits for, within its timeout. Any other error is
+  // the caller's.
+  const bool ps_lost = absl::IsNotFound(s) || absl::IsUnavailable(s) ||
+                       absl::IsDeadlineExceeded(s) || absl::IsFailedPrecondition(s) ||
+                       absl::IsAborted(s) || absl::IsCancelled(s);
+  const absl::Time until = absl::Now() + (ps_lost ? options_.timeout : absl::ZeroDuration());
+  HeartbeatRequest req;
+  *req.mutable_sender() = sender_;
+  for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLongestWait)) {
+    HeartbeatResponse resp;
+    const bool answered = master_->Heartbeat(Context().get(), req, &resp).ok();
+    if (answered && resp.generation() != sender_.generation()) {
+      abandoned_ = true;
+      next_generation_ = resp.generation();
+      task_.reset();
+      return absl::OkStatus();
+    }
+    if ((answered && resp.stop()) || absl::Now() + pause > until) return s;
+    absl::SleepFor(pause);
+  }
+}
+
+void Client::Impl::AdoptGeneration() {
+  if (!abandoned_) return;
+  sender_.set_generation(next_generation_);
+  RebuildPsClient();
+  if (!tables_.empty()) RebuildTableClient();
+  // The PS restored their state: the next reads take the step that is there.
+  after_barrier_ = tables_after_barrier_ = true;
+  next_min_version_ = next_table_version_ = 0;
+  pushed_ = Pushed::kNone;
+  abandoned_ = false;
+}
+
 absl::StatusOr<std::optional<PushTag>> Client::Impl::TagFor(Pushed kind) const {
   if (!has_tasks()) return std::optional<PushTag>();
   if (!task_) {
@@ -118,6 +155,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
         absl::StrCat("NextTask: batch size ", batch_size, " must be at least 1"));
   }
   if (absl::Status s = CheckIdle("NextTask"); !s.ok()) return s;
+  AdoptGeneration();
   // Sync and ssp: a worker with no task must not hold back the steps or clocks of the others.
   const bool pause_when_waiting = mode_ == "sync" || mode_ == "ssp";
   bool paused = false;
@@ -127,7 +165,12 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
     NextTaskResponse resp;
     absl::Status s =
         FromGrpcStatus(master_->NextTask(Context().get(), req, &resp), "NextTask", chief_);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // Rolled back while this worker waited for a task: ask the new generation.
+      if (absl::Status a = AbandonIfRolledBack(s); !a.ok()) return a;
+      AdoptGeneration();
+      continue;
+    }
     if (resp.kind() == NextTaskResponse::FINISHED) {
       task_.reset();
       return std::optional<Task>();
@@ -151,7 +194,12 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
       return task_;
     }
     if (pause_when_waiting && !paused) {
-      if (absl::Status left = ps_[current_]->Leave(/*pause=*/true); !left.ok()) return left;
+      absl::Status left = AbandonIfRolledBack(ps_[current_]->Leave(/*pause=*/true));
+      if (!left.ok()) return left;
+      if (abandoned_) {
+        AdoptGeneration();
+        continue;
+      }
       after_barrier_ = tables_after_barrier_ = true;  // the next reads do not wait for a step
       paused = true;
     }
@@ -166,8 +214,10 @@ absl::Status Client::Impl::TaskDone() {
     return absl::FailedPreconditionError(
         "TaskDone: this job has no task queue (start its chief with --rows N)");
   }
-  if (!task_)
+  if (abandoned_) return absl::OkStatus();  // nothing to report: the job rolled back
+  if (!task_) {
     return absl::FailedPreconditionError("TaskDone without a task in hand: NextTask first");
+  }
   if (absl::Status s = CheckIdle("TaskDone"); !s.ok()) return s;
   const int64_t batches = task_->num_batches();
   if (task_steps_ != batches) {
@@ -182,8 +232,8 @@ absl::Status Client::Impl::TaskDone() {
   req.set_steps(batches);
   req.set_examples(task_->end - task_->begin);
   TaskDoneResponse resp;
-  absl::Status s =
-      FromGrpcStatus(master_->TaskDone(Context().get(), req, &resp), "TaskDone", chief_);
+  absl::Status s = AbandonIfRolledBack(
+      FromGrpcStatus(master_->TaskDone(Context().get(), req, &resp), "TaskDone", chief_));
   if (s.ok()) task_.reset();
   return s;
 }

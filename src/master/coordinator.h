@@ -115,7 +115,9 @@ class Coordinator {
   void SetTaskSeed(uint64_t job_seed) ABSL_LOCKS_EXCLUDED(mu_);
   // The job told every PS of these workers' incarnations (Configure, ReplaceWorker): until then
   // NextTask answers a new incarnation WAIT, since the PS would refuse its pushes (before the
-  // first call, as in tests of the Coordinator alone, nothing is waited for).
+  // first call, as in tests of the Coordinator alone, nothing is waited for). BeginGeneration
+  // forgets them: the job announces the workers again once the new generation's parameters are
+  // in place.
   void AnnounceWorkers(const std::vector<Sender>& workers) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Turns on the task queue (master/task_ledger.h) over the workers registered so far: from then

@@ -71,10 +71,15 @@ absl::StatusOr<JobResult> Job::Run() {
     if (absl::Status s = CreateModel(restore_); !s.ok()) return s;
   } else {
     // Client programs create their parameters themselves; they are restored as they do.
+    {
+      absl::MutexLock lock(&create_mu_);
+      source_ = restore_;
+    }
     coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
     coordinator_->SetCreateTable([this](const TableDef& def) { return CreateTable(def); });
-    started_.clear();
-    for (const Sender& w : coordinator_->Workers()) started_.push_back(w.incarnation());
+    started_.assign(workers_.size(), 0);
+    for (const Sender& w : configured_workers_) started_[w.task()] = w.incarnation();
+    coordinator_->AnnounceWorkers(configured_workers_);
   }
   if (checkpoints_ != nullptr && restore_ != nullptr) {
     checkpoints_->SetRestoredStep(restore_->global_step);

@@ -138,6 +138,13 @@ class Job {
   // Once: one warning listing what restore_ holds that no program created (it is in no later
   // checkpoint).
   void WarnNotCreated() ABSL_LOCKS_EXCLUDED(create_mu_);
+  // After a rollback: every parameter the programs created, in their order, again from `ckpt`
+  // (null: from their initializers), so that each lands where the programs know it is.
+  absl::Status RecreateProgramParameters(const LoadedCheckpoint* ckpt)
+      ABSL_LOCKS_EXCLUDED(create_mu_);
+  absl::StatusOr<Placement> CreateVariableLocked(const VariableSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  absl::Status CreateTableLocked(const TableDef& def) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   // ---- job_workers.cc ----
   // The job's length in global steps.
@@ -180,12 +187,18 @@ class Job {
   uint64_t generation_ = 0;                   // 0: no recovery
   uint64_t ps_generation_ = 0;                // the highest generation a PS ran before a Reset
   TrainingSpec spec_;                         // what StartWorkers sent, for replacements
-  std::vector<uint64_t> started_;  // by worker: the incarnation started on spec_ (0: none)
+  std::vector<uint64_t> started_;           // by worker: the incarnation started on spec_ (0: none)
+  std::vector<Sender> configured_workers_;  // the workers the last ConfigurePs told every PS of
   // Client programs' parameters: one created (or restored) at a time, so that no program
   // reaches a restored one before its slots and version are in.
   absl::Mutex create_mu_;
   std::set<std::string> program_variables_ ABSL_GUARDED_BY(create_mu_);
   std::set<std::string> program_tables_ ABSL_GUARDED_BY(create_mu_);
+  std::vector<VariableSpec> program_specs_ ABSL_GUARDED_BY(create_mu_);  // in creation order
+  std::vector<TableDef> program_table_defs_ ABSL_GUARDED_BY(create_mu_);
+  // Where a parameter a program creates comes from: restore_, or the checkpoint of the last
+  // rollback.
+  const LoadedCheckpoint* source_ ABSL_GUARDED_BY(create_mu_) = nullptr;
   bool warned_not_created_ ABSL_GUARDED_BY(create_mu_) = false;
 };
 

@@ -138,7 +138,9 @@ absl::Status Job::ConfigurePs() {
                       [&](grpc::ClientContext* ctx) { return ps_[t]->Configure(ctx, req, &resp); });
     if (!s.ok()) return s;
   }
-  coordinator_->AnnounceWorkers(workers);
+  configured_workers_ = workers;
+  // Client programs take tasks once their parameters are in place (Run, Rollback).
+  if (model_job_ != nullptr) coordinator_->AnnounceWorkers(workers);
   spdlog::info("mode {}{}{}", config_.mode,
                config_.mode == "sync"
                    ? absl::StrCat(": ", replicas, " of ", workers_.size(), " gradients per step")
@@ -208,12 +210,6 @@ absl::StatusOr<LoadedCheckpoint*> Job::LatestCheckpoint() {
 }
 
 absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* alive) {
-  if (model_job_ == nullptr) {
-    // Client programs hold placements and generations of their own (docs/recovery.md).
-    return absl::FailedPreconditionError(
-        absl::StrCat("a job of client programs cannot roll back yet (", reason,
-                     "): start it again with --resume on its --checkpoint_dir"));
-  }
   spdlog::warn("rollback: {}; the job goes on from its latest checkpoint", reason);
   if (absl::Status s = WaitForPs(config_.task_timeout); !s.ok()) return s;
   absl::StatusOr<LoadedCheckpoint*> ckpt = LatestCheckpoint();
@@ -222,12 +218,23 @@ absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* a
   // A PS that died and is not back yet is waited for as long as a silent task.
   if (absl::Status s = ResetPs(config_.task_timeout); !s.ok()) return s;
   if (absl::Status s = ConfigurePs(); !s.ok()) return s;
-  if (absl::Status s = CreateModel(*ckpt); !s.ok()) return s;
+  if (model_job_ != nullptr) {
+    if (absl::Status s = CreateModel(*ckpt); !s.ok()) return s;
+  } else if (absl::Status s = RecreateProgramParameters(*ckpt); !s.ok()) {
+    return s;
+  }
   if (checkpoints_ != nullptr && *ckpt != nullptr) {
     checkpoints_->SetRestoredStep((*ckpt)->global_step);
   }
-  int64_t bad_lines = 0;  // counted at the first start already
-  if (absl::Status s = StartWorkers(&bad_lines); !s.ok()) return s;
+  if (model_job_ != nullptr) {
+    int64_t bad_lines = 0;  // counted at the first start already
+    if (absl::Status s = StartWorkers(&bad_lines); !s.ok()) return s;
+  } else {
+    // The programs learn of the new generation at their next call to a PS or the chief, and
+    // take tasks again now (docs/recovery.md, "Client programs").
+    for (const Sender& w : configured_workers_) started_[w.task()] = w.incarnation();
+    coordinator_->AnnounceWorkers(configured_workers_);
+  }
   std::fill(alive->begin(), alive->end(), absl::Now());
   spdlog::info("generation {} started from {}", generation_,
                *ckpt != nullptr ? (*ckpt)->path : std::string("the initial values"));
