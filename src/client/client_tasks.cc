@@ -194,7 +194,10 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
       return task_;
     }
     if (pause_when_waiting && !paused) {
-      absl::Status left = AbandonIfRolledBack(ps_[current_]->Leave(/*pause=*/true));
+      absl::Status left = ps_[current_]->Leave(/*pause=*/true);
+      // A restarted worker the PS do not know yet holds back no step: nothing to leave.
+      if (absl::IsPermissionDenied(left)) left = absl::OkStatus();
+      left = AbandonIfRolledBack(std::move(left));
       if (!left.ok()) return left;
       if (abandoned_) {
         AdoptGeneration();

@@ -102,7 +102,7 @@ struct LaunchOptions {
   // there, else from the user's own restore (RestartedChief, docs/recovery.md); a chief that
   // exited by itself is not restarted. Each restart is printed. With `recovery`, a worker
   // command (a client program taking tasks: --model external --rows N) that died is started
-  // again too. A job without `recovery` (no task queue: the chief's --task_rows 0, or --model
+  // again too (but not the chief of such a job). A job without `recovery` (no task queue: the chief's --task_rows 0, or --model
   // external without --rows) is not restarted: it ends as without restarts.
   bool restart_failed = true;
   int max_restarts = 5;
