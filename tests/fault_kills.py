@@ -17,7 +17,12 @@ seed --seed + k for its choices (role, mode, task, moment); the job's own traini
 same in every run.
 
   fault_kills.py --pstrain BIN --data DIR [--runs N] [--seed S] [--cases all|random]
-                 [--modes async,sync] [--roles worker,ps,chief]
+                 [--modes async,sync] [--roles worker,ps,chief] [--program mnist_torch]
+
+--program mnist_torch runs the jobs of a client program instead: `pstrain launch --rows 60000
+--epochs 1 -- python3 examples/python/mnist_torch.py` (the PyTorch CNN on the chief's tasks),
+whose worker:0 prints the test accuracy; a worker kill is of the program's Python process. Its
+chief is not restarted (docs/recovery.md, "Client programs"), so its roles are worker and ps.
 
 --cases all runs every role in every mode once, then N random runs; --cases random only the N
 random runs. A summary table is printed; the exit status is 1 if any run failed.
@@ -43,6 +48,14 @@ ROLES = ("worker", "ps", "chief")
 MODES = ("async", "sync", "ssp")
 TASKS = {"worker": 2, "ps": 2, "chief": 1}
 PROGRESS = re.compile(r"^progress epoch \d+/\d+ step (\d+)/(\d+)", re.M)
+# The client program's job: its steps (938: 18 tasks of 50 batches of 64 rows and one of 38)
+# are the pushes of both workers; the chief's progress lines count them.
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python",
+                      "mnist_torch.py")
+PROGRAM_JOB = ["--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1", "--task_rows",
+               "3200", "--checkpoint_every_secs", "1", "--heartbeat_timeout_secs", "2"]
+PROGRAM_STEPS = 938
+PROGRAM_PROGRESS = re.compile(r"^progress step (\d+) ", re.M)
 
 
 def parse_args(argv):
@@ -64,6 +77,8 @@ def parse_args(argv):
     p.add_argument("--job_flag", action="append", default=[],
                    help="one more flag for the job (repeat it), e.g. --job_flag=--task_rows=3840")
     p.add_argument("--keep", action="store_true", help="keep the runs' log directories")
+    p.add_argument("--program", choices=("builtin", "mnist_torch"), default="builtin",
+                   help="the built-in MLP (default), or examples/python/mnist_torch.py on tasks")
     a = p.parse_args(argv)
     a.modes = [m for m in a.modes.split(",") if m]
     a.roles = [r for r in a.roles.split(",") if r]
@@ -72,6 +87,9 @@ def parse_args(argv):
         if bad or not given:
             p.error("%s: %s is not one of %s" % (name, ",".join(bad) or "nothing",
                                                  ",".join(known)))
+    if a.program != "builtin" and "chief" in a.roles:
+        p.error("--program %s: the chief of client programs is not restarted yet; give "
+                "--roles worker,ps" % a.program)
     if a.runs < 0:
         p.error("--runs must be at least 0")
     if not os.access(a.pstrain, os.X_OK):
@@ -91,31 +109,57 @@ def result_line(stdout):
     return None
 
 
-def progress(chief_log):
+def progress(chief_log, program=False):
     """The fraction of the job's steps done, by the last progress line in the chief's log."""
     try:
         with open(chief_log, errors="replace") as f:
-            steps = PROGRESS.findall(f.read())
+            text = f.read()
     except OSError:
         return None
+    if program:
+        steps = PROGRAM_PROGRESS.findall(text)
+        return int(steps[-1]) / PROGRAM_STEPS if steps else None
+    steps = PROGRESS.findall(text)
     return int(steps[-1][0]) / max(1, int(steps[-1][1])) if steps else None
 
 
-def task_pid(launcher, role, index):
-    """The pid of `pstrain server --job role --task index` started by `launcher`, or None."""
-    want = ["server", "--job", role, "--task", str(index)]
+def children(launcher):
+    """(pid, argv) of every process whose parent is `launcher`."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % entry) as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher:
+                continue
             with open("/proc/%s/cmdline" % entry, "rb") as f:
                 args = f.read().decode(errors="replace").split("\0")
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == launcher and args[1:6] == want:
-            return int(entry)
+        yield int(entry), args
+
+
+def task_pid(launcher, role, index):
+    """The pid of `pstrain server --job role --task index` started by `launcher`, or None."""
+    want = ["server", "--job", role, "--task", str(index)]
+    return next((pid for pid, args in children(launcher) if args[1:6] == want), None)
+
+
+def program_pid(launcher, program, index):
+    """The pid of the launcher's child running `program` as worker `index` (by its TF_CONFIG),
+    or None."""
+    for pid, args in children(launcher):
+        if program not in args:
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = dict(v.split("=", 1) for v in f.read().decode().split("\0") if "=" in v)
+            task = json.loads(env.get("TF_CONFIG", "{}")).get("task", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if task.get("type") == "worker" and task.get("index") == index:
+            return pid
     return None
 
 
@@ -133,6 +177,11 @@ class Run:
         self.lines = []
 
     def command(self):
+        if self.args.program != "builtin":
+            return ([self.args.pstrain, "launch", "--mode", self.mode, "--log_dir", self.log_dir,
+                     "--checkpoint_dir", self.checkpoint_dir] + PROGRAM_JOB + self.args.job_flag
+                    + ["--", sys.executable, SCRIPT, "--data", self.args.data, "--epochs", "1",
+                       "--schedule", "constant"])
         return ([self.args.pstrain, "launch", "--data", self.args.data, "--mode", self.mode,
                  "--log_dir", self.log_dir, "--checkpoint_dir", self.checkpoint_dir] + JOB +
                 self.args.job_flag)
@@ -167,12 +216,18 @@ class Run:
         self.seconds = time.monotonic() - start
         self.rc = rc
         self.result = result_line("".join(out))
+        if self.result is not None and self.args.program != "builtin":
+            # The program's worker:0 evaluates the model and prints its own result line.
+            for line in self.lines:
+                m = re.match(r"pstrain launch: worker:0 result: (\{.*\})$", line)
+                if m:
+                    self.result["test_accuracy"] = json.loads(m.group(1)).get("test_accuracy")
         return self
 
     def _read_stderr(self, proc):
         for line in proc.stderr:
             self.lines.append(line.rstrip("\n"))
-            if self.training_started is None and line.startswith("epoch "):
+            if self.training_started is None and line.startswith(("epoch ", "step ")):
                 self.training_started = time.monotonic()
 
     def _kill(self, proc):
@@ -182,13 +237,15 @@ class Run:
         role, index, at = self.kill
         chief_log = os.path.join(self.log_dir, "chief-0.log")
         fraction = None
+        program = self.args.program != "builtin"
         while proc.poll() is None:
-            fraction = progress(chief_log)
+            fraction = progress(chief_log, program)
             if fraction is not None and fraction >= at:
                 break
             time.sleep(0.02)
         self.killed_after_training = fraction is not None and fraction >= 1
-        pid = task_pid(proc.pid, role, index)
+        pid = (program_pid(proc.pid, SCRIPT, index) if program and role == "worker"
+               else task_pid(proc.pid, role, index))
         if proc.poll() is not None or pid is None:
             self.kill_error = "%s:%d was not running at %.0f%% of the steps" % (role, index,
                                                                                 100 * at)

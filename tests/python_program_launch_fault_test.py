@@ -1,9 +1,14 @@
-"""`pstrain launch --rows N -- python3 examples/python/mnist_torch.py`: the PyTorch CNN on the
-chief's tasks, with one worker's Python process killed (SIGKILL) in the middle of training (and
-the same for the C++ example, examples/linear_regression.cc). The launcher starts the script
-again, the chief hands the dead worker's task out again, and the job
-ends by itself with exit code 0, every task applied once (the chief's check of the ledger and of
-every PS's task watermarks) and the test accuracy of a sound run.
+"""Client programs on the chief's tasks under `pstrain launch --rows N -- COMMAND`, with one
+process killed (SIGKILL) in the middle of training, as fault_kills.py does to built-in jobs:
+
+- the PyTorch CNN (examples/python/mnist_torch.py), async and sync: a worker's Python process
+  killed (restarted by the launcher; async: its task handed out again; sync: the job rolls
+  back), or a PS (restarted; the job rolls back and the scripts go on, their tasks in hand
+  abandoned). The job ends by itself with exit code 0, every task applied once (the chief's
+  check of the ledger and of every PS's task watermarks) and a sound test accuracy;
+- the C++ example (examples/linear_regression.cc) with a worker killed;
+- a PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the rows
+  pushed to them: with a worker or a PS killed, the counts are exact.
 """
 
 import json
@@ -11,11 +16,15 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fault_kills import program_pid, task_pid  # noqa: E402
 
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -24,45 +33,7 @@ DATA = os.path.join(SOURCE_DIR, "data", "mnist")
 
 
 def worker_pid(launcher, index, program=SCRIPT):
-    """The pid of the launcher's child running `program` as worker `index` (by its TF_CONFIG),
-    or None."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != launcher:
-                continue
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                if program.encode() not in f.read():
-                    continue
-            with open("/proc/%s/environ" % entry, "rb") as f:
-                env = dict(v.split("=", 1) for v in f.read().decode().split("\0") if "=" in v)
-        except (OSError, ValueError, IndexError):
-            continue
-        task = json.loads(env.get("TF_CONFIG", "{}")).get("task", {})
-        if task.get("type") == "worker" and task.get("index") == index:
-            return int(entry)
-    return None
-
-
-def server_pid(launcher, job, index):
-    """The pid of the launcher's child `pstrain server --job job --task index`, or None."""
-    want = ["server", "--job", job, "--task", str(index)]
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                args = f.read().decode(errors="replace").split("\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == launcher and args[1:6] == want:
-            return int(entry)
-    return None
+    return program_pid(launcher, program, index)
 
 
 def launch_and_kill(argv, at_step, find_pid):
@@ -107,7 +78,7 @@ def test_a_killed_script_or_ps_and_every_task_applied_once(tmp_path, victim, mod
             "--mode", mode, "--", "/usr/bin/python3", SCRIPT, "--data", DATA, "--epochs", "1",
             "--schedule", "constant"]
     find = ((lambda launcher: worker_pid(launcher, 1)) if victim == "worker"
-            else (lambda launcher: server_pid(launcher, "ps", 1)))
+            else (lambda launcher: task_pid(launcher, "ps", 1)))
     # Killed once the job is well under way: 150 of its 938 steps pushed.
     rc, err, result = launch_and_kill(argv, 150, find)
     assert rc == 0, err
@@ -196,7 +167,7 @@ def test_an_embedding_program_counts_every_row_once(tmp_path, victim):
             "--task_rows", "300", "--heartbeat_timeout_secs", "2", "--log_dir",
             str(tmp_path / "logs"), "--", "/usr/bin/python3", str(script), str(out)]
     find = ((lambda launcher: worker_pid(launcher, 1, str(script))) if victim == "worker"
-            else (lambda launcher: server_pid(launcher, "ps", 1)))
+            else (lambda launcher: task_pid(launcher, "ps", 1)))
     rc, err, result = launch_and_kill(argv, 100, find)
     assert rc == 0, err
     assert ("restarting %s:1" % victim) in err, err
