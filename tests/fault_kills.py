@@ -49,7 +49,8 @@ MODES = ("async", "sync", "ssp")
 TASKS = {"worker": 2, "ps": 2, "chief": 1}
 PROGRESS = re.compile(r"^progress epoch \d+/\d+ step (\d+)/(\d+)", re.M)
 # The client program's job: its steps (938: 18 tasks of 50 batches of 64 rows and one of 38)
-# are the pushes of both workers; the chief's progress lines count them.
+# are the pushes of both workers, which the chief's progress lines count (in sync mode the
+# steps, each of both workers' gradients: half as many).
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python",
                       "mnist_torch.py")
 PROGRAM_JOB = ["--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1", "--task_rows",
@@ -109,16 +110,17 @@ def result_line(stdout):
     return None
 
 
-def progress(chief_log, program=False):
+def progress(chief_log, program=None):
     """The fraction of the job's steps done, by the last progress line in the chief's log."""
     try:
         with open(chief_log, errors="replace") as f:
             text = f.read()
     except OSError:
         return None
-    if program:
+    if program:  # the job's mode
         steps = PROGRAM_PROGRESS.findall(text)
-        return int(steps[-1]) / PROGRAM_STEPS if steps else None
+        total = PROGRAM_STEPS // 2 if program == "sync" else PROGRAM_STEPS
+        return int(steps[-1]) / total if steps else None
     steps = PROGRESS.findall(text)
     return int(steps[-1][0]) / max(1, int(steps[-1][1])) if steps else None
 
@@ -239,7 +241,7 @@ class Run:
         fraction = None
         program = self.args.program != "builtin"
         while proc.poll() is None:
-            fraction = progress(chief_log, program)
+            fraction = progress(chief_log, self.mode if program else None)
             if fraction is not None and fraction >= at:
                 break
             time.sleep(0.02)

@@ -118,3 +118,35 @@ def test_another_shape_or_optimizer_is_refused_and_the_rest_is_warned_of(make_cl
     warnings = [l for l in log.splitlines() if "that no program created" in l]
     assert len(warnings) == 1, log
     assert "2 parameters" in warnings[0] and "variable 'w', table 'emb'" in warnings[0], log
+
+
+def test_a_plain_torch_model_from_the_checkpoint_gives_the_jobs_accuracy(tmp_path):
+    """examples/python/mnist_torch.py on tasks with --checkpoint_dir: the job's final checkpoint
+    loaded into a plain nn.Module (pstrain.torch.load_state_dict) scores exactly the test
+    accuracy worker 0 reported from its final pull."""
+    import json
+    import re
+    import subprocess
+
+    import pstrain.torch
+    import torch
+
+    source = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+    examples = os.path.join(source, "examples", "python")
+    sys.path.insert(0, examples)
+    import mnist_torch  # noqa: E402
+
+    binary = os.environ["PSTRAIN_BINARY"]
+    data = os.path.join(source, "data", "mnist")
+    r = subprocess.run([binary, "launch", "--ps", "2", "--workers", "2", "--rows", "6400",
+                        "--epochs", "1", "--checkpoint_dir", str(tmp_path / "ckpt"), "--",
+                        "/usr/bin/python3", os.path.join(examples, "mnist_torch.py"), "--data",
+                        data, "--epochs", "1"], capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    reported = json.loads(re.search(r"worker:0 result: (\{.*\})", r.stderr).group(1))
+    torch.set_num_threads(1)
+    model = mnist_torch.Net()
+    assert pstrain.torch.load_state_dict(model, tmp_path / "ckpt") == []
+    x, y = mnist_torch.load_split(data, "t10k")
+    assert round(mnist_torch.accuracy(model, x, y), 4) == reported["test_accuracy"]

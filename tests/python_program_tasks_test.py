@@ -172,3 +172,28 @@ def test_bad_uses_of_tasks_are_refused(make_cluster):
         next(client.tasks(8))
     client.done()
     plain.finish()
+
+
+def test_a_program_that_never_asks_for_a_task_is_named(make_cluster):
+    cluster = make_cluster(1, 2, flags(rows=64, task_rows=32, epochs=1, task_timeout=5))
+    idle = threading.Event()
+
+    def connect_and_idle():  # connects (its heartbeats keep it alive), then takes no task
+        client = cluster.connect(1, timeout=30)
+        idle.wait(60)
+        del client
+
+    t = threading.Thread(target=connect_and_idle, daemon=True)
+    t.start()
+    client = cluster.connect(0, timeout=30)
+    client.create_variable("count", (64,), None, COUNT)
+    for task in client.tasks(16):
+        for rows in task.batches():
+            client.pull()
+            client.push([np.zeros(64, np.float32)])
+    client.done()
+    try:
+        assert cluster.chief.wait(60) != 0
+    finally:
+        idle.set()
+    assert "worker:1 sent no progress for 5s" in cluster.chief.output(), cluster.chief.output()

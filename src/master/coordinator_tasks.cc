@@ -51,7 +51,10 @@ void Coordinator::AnnounceWorkers(const std::vector<Sender>& workers) {
   absl::MutexLock lock(&mu_);
   announced_.resize(workers_.size(), 0);
   for (const Sender& w : workers) {
-    if (w.task() >= 0 && w.task() < num_workers_) announced_[w.task()] = w.incarnation();
+    // An unregistered worker (incarnation 0) has nothing to announce.
+    if (w.incarnation() != 0 && w.task() >= 0 && w.task() < num_workers_) {
+      announced_[w.task()] = w.incarnation();
+    }
   }
 }
 

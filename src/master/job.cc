@@ -78,7 +78,9 @@ absl::StatusOr<JobResult> Job::Run() {
     coordinator_->SetCreateVariable([this](const VariableSpec& spec) { return Create(spec); });
     coordinator_->SetCreateTable([this](const TableDef& def) { return CreateTable(def); });
     started_.assign(workers_.size(), 0);
-    for (const Sender& w : configured_workers_) started_[w.task()] = w.incarnation();
+    for (size_t t = 0; t < configured_workers_.size() && t < started_.size(); ++t) {
+      started_[t] = configured_workers_[t].incarnation();
+    }
     coordinator_->AnnounceWorkers(configured_workers_);
   }
   if (checkpoints_ != nullptr && restore_ != nullptr) {

@@ -232,7 +232,9 @@ absl::Status Job::Rollback(const std::string& reason, std::vector<absl::Time>* a
   } else {
     // The programs learn of the new generation at their next call to a PS or the chief, and
     // take tasks again now (docs/recovery.md, "Client programs").
-    for (const Sender& w : configured_workers_) started_[w.task()] = w.incarnation();
+    for (size_t t = 0; t < configured_workers_.size() && t < started_.size(); ++t) {
+      started_[t] = configured_workers_[t].incarnation();
+    }
     coordinator_->AnnounceWorkers(configured_workers_);
   }
   std::fill(alive->begin(), alive->end(), absl::Now());
