@@ -86,7 +86,8 @@ def test_a_killed_script_or_ps_and_every_task_applied_once(tmp_path, victim, mod
     assert result["tasks_applied_once"], result
     assert result["tasks_applied"] == result["tasks"] == 19, result
     if victim == "worker" and mode == "async":
-        assert result["workers_replaced"] == 1 and result["tasks_redone"] >= 1, result
+        # Its task, if it held one (it may die between two), was redone: tasks_applied_once.
+        assert result["workers_replaced"] == 1, result
     else:  # a PS, or in sync a worker: the job rolled back
         assert result["rollbacks"] == 1, result
     accuracy = json.loads(re.search(r"worker:0 result: (\{.*\})", err).group(1))
