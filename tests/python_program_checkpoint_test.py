@@ -139,7 +139,8 @@ def test_a_plain_torch_model_from_the_checkpoint_gives_the_jobs_accuracy(tmp_pat
     binary = os.environ["PSTRAIN_BINARY"]
     data = os.path.join(source, "data", "mnist")
     r = subprocess.run([binary, "launch", "--ps", "2", "--workers", "2", "--rows", "6400",
-                        "--epochs", "1", "--checkpoint_dir", str(tmp_path / "ckpt"), "--",
+                        "--epochs", "1", "--checkpoint_dir", str(tmp_path / "ckpt"),
+                        "--log_dir", str(tmp_path / "logs"), "--",
                         "/usr/bin/python3", os.path.join(examples, "mnist_torch.py"), "--data",
                         data, "--epochs", "1"], capture_output=True, text=True, timeout=300,
                        stdin=subprocess.DEVNULL)
