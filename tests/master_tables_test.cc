@@ -25,8 +25,13 @@ TEST(CoordinatorCreateTable, ChecksTheSenderThenCallsTheHook) {
   req.mutable_table()->set_name("emb");
   CreateTableResponse resp;
   *req.mutable_sender() = Task("worker", 0, 7);
-  // No hook: a chief whose job makes its own tables.
+  // Before the chief is ready (a restarted one that has not reset the PS yet): retried.
   absl::Status s = c.CreateTable(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(s.message(), HasSubstr("not ready yet"));
+  c.SetReady();
+  // No hook: a chief whose job makes its own tables.
+  s = c.CreateTable(req, &resp);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("--model external"));
 

@@ -8,7 +8,9 @@ process killed (SIGKILL) in the middle of training, as fault_kills.py does to bu
   check of the ledger and of every PS's task watermarks) and a sound test accuracy;
 - the C++ example (examples/linear_regression.cc) with a worker killed;
 - a PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the rows
-  pushed to them: with a worker or a PS killed, the counts are exact.
+  pushed to them: with a worker, a PS or the chief killed, the counts are exact;
+- the chief killed (restarted from the latest checkpoint; the programs register with it and
+  create their parameters again), in training or once every task is applied.
 """
 
 import json
@@ -36,9 +38,40 @@ def worker_pid(launcher, index, program=SCRIPT):
     return program_pid(launcher, program, index)
 
 
+# The task each kind of test victim kills: a worker's program, a PS, or the chief.
+VICTIMS = {"worker": "worker:1", "ps": "ps:1", "chief": "chief:0", "chief_at_end": "chief:0"}
+
+
+def victim_finder(victim, program):
+    if victim == "worker":
+        return lambda launcher: worker_pid(launcher, 1, program)
+    if victim == "ps":
+        return lambda launcher: task_pid(launcher, "ps", 1)
+    return lambda launcher: task_pid(launcher, "chief", 0)
+
+
+def past_step(step):
+    """True of the launch's stderr once the chief's progress passed `step`."""
+    return lambda lines: any(int(m.group(1)) >= step for m in
+                             (re.search(r"step (\d+) ", l) for l in lines) if m)
+
+
+def in_log(path, text):
+    """True once the log file `path` holds `text`."""
+    def seen(_):
+        try:
+            with open(path, errors="replace") as f:
+                return text in f.read()
+        except FileNotFoundError:
+            return False
+    return seen
+
+
 def launch_and_kill(argv, at_step, find_pid):
     """Runs `pstrain launch` `argv`, SIGKILLs find_pid(launcher pid) once the chief's progress
-    passed `at_step`, and waits for the launch: (exit code, its stderr, its result line)."""
+    passed `at_step` (or once at_step(stderr lines) is true), and waits for the launch: (exit
+    code, its stderr, its result line)."""
+    due = past_step(at_step) if isinstance(at_step, int) else at_step
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, errors="replace")
     lines, out = [], []
@@ -48,8 +81,7 @@ def launch_and_kill(argv, at_step, find_pid):
         t.start()
     try:
         deadline = time.monotonic() + 240
-        while not any(int(m.group(1)) >= at_step for m in
-                      (re.search(r"step (\d+) ", l) for l in list(lines)) if m):
+        while not due(list(lines)):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.02)
         pid = find_pid(proc.pid)
@@ -67,27 +99,34 @@ def launch_and_kill(argv, at_step, find_pid):
 
 
 @pytest.mark.parametrize("victim,mode", [("worker", "async"), ("ps", "async"), ("worker", "sync"),
-                                         ("ps", "sync")])
+                                         ("ps", "sync"), ("chief", "sync")])
 def test_a_killed_script_or_ps_and_every_task_applied_once(tmp_path, victim, mode):
     """A worker's script killed: restarted, its task handed out again. A PS killed: restarted,
     the job rolled back to its latest checkpoint (or the initial values) with the scripts going
-    on, their tasks in hand abandoned."""
+    on, their tasks in hand abandoned. The chief killed: restarted from the latest checkpoint,
+    the scripts register with it and create their variables again without noticing."""
     assert BINARY and os.access(BINARY, os.X_OK), "PSTRAIN_BINARY=%r is not built" % BINARY
     argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "60000", "--epochs", "1",
             "--task_rows", "3200", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
             "--mode", mode, "--", "/usr/bin/python3", SCRIPT, "--data", DATA, "--epochs", "1",
             "--schedule", "constant"]
-    find = ((lambda launcher: worker_pid(launcher, 1)) if victim == "worker"
-            else (lambda launcher: task_pid(launcher, "ps", 1)))
-    # Killed once the job is well under way: 150 of its 938 steps pushed.
-    rc, err, result = launch_and_kill(argv, 150, find)
+    find = victim_finder(victim, SCRIPT)
+    # Killed once the job is well under way: 150 of its 938 steps pushed (the chief once it
+    # saved a checkpoint to resume from).
+    when = past_step(150)
+    if victim == "chief":
+        when = lambda lines: past_step(150)(lines) and in_log(
+            str(tmp_path / "chief-0.log"), " saved: ")(lines)
+    rc, err, result = launch_and_kill(argv, when, find)
     assert rc == 0, err
-    assert ("restarting %s:1" % victim) in err, err
+    assert ("restarting %s" % VICTIMS[victim]) in err, err
     assert result["tasks_applied_once"], result
     assert result["tasks_applied"] == result["tasks"] == 19, result
     if victim == "worker" and mode == "async":
         # Its task, if it held one (it may die between two), was redone: tasks_applied_once.
         assert result["workers_replaced"] == 1, result
+    elif victim == "chief":
+        assert result["chief_restarts"] == 1 and result["rollbacks"] == 0, result
     else:  # a PS, or in sync a worker: the job rolled back
         assert result["rollbacks"] == 1, result
     accuracy = json.loads(re.search(r"worker:0 result: (\{.*\})", err).group(1))
@@ -156,22 +195,32 @@ client.done()
 """
 
 
-@pytest.mark.parametrize("victim", ["worker", "ps"])
+@pytest.mark.parametrize("victim", ["worker", "ps", "chief", "chief_at_end"])
 def test_an_embedding_program_counts_every_row_once(tmp_path, victim):
     """A PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the
     rows they are pushed (6000 rows, 2 epochs: each of the 500 ids 24 times, the bias 12000),
-    with a worker or a PS killed in the middle: the counts are exact."""
+    with a worker, a PS or the chief killed in the middle, or the chief killed once every task
+    is applied (the programs then past their task loops, at the barrier or in done()): the
+    counts are exact."""
     script = tmp_path / "count.py"
     script.write_text(COUNTING)
     out = tmp_path / "counts.npy"
     argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "6000", "--epochs", "2",
-            "--task_rows", "300", "--heartbeat_timeout_secs", "2", "--log_dir",
+            "--task_rows", "300", "--heartbeat_timeout_secs", "2",
+            "--checkpoint_dir", str(tmp_path / "ckpt"), "--checkpoint_every_steps", "100",
+            "--log_dir",
             str(tmp_path / "logs"), "--", "/usr/bin/python3", str(script), str(out)]
-    find = ((lambda launcher: worker_pid(launcher, 1, str(script))) if victim == "worker"
-            else (lambda launcher: task_pid(launcher, "ps", 1)))
-    rc, err, result = launch_and_kill(argv, 100, find)
+    when = 100
+    chief_log = str(tmp_path / "logs" / "chief-0.log")
+    if victim == "chief":  # once there is a checkpoint to resume from
+        when = lambda lines: past_step(100)(lines) and in_log(chief_log, " saved: ")(lines)
+    if victim == "chief_at_end":
+        when = in_log(chief_log, "every task is applied")
+    rc, err, result = launch_and_kill(argv, when, victim_finder(victim, str(script)))
     assert rc == 0, err
-    assert ("restarting %s:1" % victim) in err, err
+    assert ("restarting %s" % VICTIMS[victim]) in err, err
+    if victim.startswith("chief"):
+        assert result["chief_restarts"] == 1, result
     assert result["tasks_applied_once"] and result["tasks_applied"] == 40, result
     counts = np.load(out)
     np.testing.assert_array_equal(counts[:500], np.full(500, 24, np.float32))

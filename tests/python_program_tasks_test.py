@@ -88,6 +88,23 @@ def test_counts_are_exact(make_cluster):
     assert result["tasks_applied_once"] and result["examples"] == EPOCHS * ROWS
 
 
+def test_a_table_part_no_batch_reaches_still_sees_every_batch(make_cluster):
+    """Async tagged sparse pushes of one key (on one PS) still reach the other PS's part of the
+    table, with no keys: the chief's final check finds every batch on every part."""
+    cluster = make_cluster(2, 1, flags())
+    client = cluster.connect(0, timeout=30)
+    client.create_table("one", 1, pstrain.init.Constant(0.0), COUNT)
+    for task in client.tasks(BATCH):
+        for rows in task.batches():
+            client.lookup([[0]])
+            client.push_sparse([[0]], [np.full(1, -len(rows), np.float32)], examples=len(rows))
+    (row,) = client.lookup([[0]])
+    client.done()
+    assert row[0][0] == EPOCHS * ROWS
+    result = cluster.finish()
+    assert result["tasks_applied_once"], result
+
+
 WORKER = textwrap.dedent("""
     import os, sys, time
     import numpy as np

@@ -127,6 +127,10 @@ absl::Status Client::Impl::Connect() {
   absl::StatusOr<std::vector<std::string>> ps = PsAddresses(resp, options_.chief);
   if (!ps.ok()) return ps.status();
   ps_addresses_ = *std::move(ps);
+  {
+    absl::MutexLock lock(&chief_mu_);
+    chief_incarnation_ = resp.chief_incarnation();
+  }
   mode_ = resp.mode();
   num_workers_ = resp.num_workers();
   push_dtype_ = *DtypeFromName(options_.push_dtype);  // CheckOptions accepted it
@@ -145,21 +149,14 @@ absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
   if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
   if (absl::Status s = CheckIdle("CreateVariable"); !s.ok()) return s;
   if (absl::Status s = CheckVariable(v); !s.ok()) return s;
-  CreateVariableRequest req;
-  *req.mutable_sender() = sender_;
-  VariableSpec* spec = req.mutable_spec();
-  spec->set_name(v.name);
-  spec->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
-  *spec->mutable_initializer() = InitializerDefOf(v.initializer);
-  if (v.optimizer) *spec->mutable_optimizer() = ToProto(*v.optimizer);
-  spec->set_partitioner(v.partitioner);
-  CreateVariableResponse resp;
-  absl::Status s = FromGrpcStatus(master_->CreateVariable(Context().get(), req, &resp),
-                                  "CreateVariable \"" + v.name + "\"", chief_);
-  if (!s.ok()) return s;
-  // A bad answer from the chief is an error here rather than a crash later.
-  absl::StatusOr<VariableRef> ref = ToVariableRef(resp.placement(), v.name, v.shape, num_ps());
-  if (!ref.ok()) return absl::InternalError(absl::StrCat("chief's ", ref.status().message()));
+  VariableSpec spec;
+  spec.set_name(v.name);
+  spec.mutable_shape()->Assign(v.shape.begin(), v.shape.end());
+  *spec.mutable_initializer() = InitializerDefOf(v.initializer);
+  if (v.optimizer) *spec.mutable_optimizer() = ToProto(*v.optimizer);
+  spec.set_partitioner(v.partitioner);
+  absl::StatusOr<VariableRef> ref = SendCreateVariable(spec, v.shape);
+  if (!ref.ok()) return ref.status();
   for (size_t i = 0; i < variables_.size(); ++i) {
     if (variables_[i].name == v.name) {
       if (variables_[i].shape != v.shape) {
@@ -171,8 +168,38 @@ absl::StatusOr<int> Client::Impl::CreateVariable(const VariableOptions& v) {
     }
   }
   variables_.push_back(*std::move(ref));
+  var_specs_.push_back(std::move(spec));
   RebuildPsClient();
   return static_cast<int>(variables_.size() - 1);
+}
+
+absl::StatusOr<VariableRef> Client::Impl::SendCreateVariable(const VariableSpec& spec,
+                                                             const std::vector<int64_t>& shape) {
+  CreateVariableRequest req;
+  *req.mutable_sender() = sender_;
+  *req.mutable_spec() = spec;
+  CreateVariableResponse resp;
+  const std::string what = "CreateVariable \"" + spec.name() + "\"";
+  // A restarted chief answers UNAVAILABLE until it is ready.
+  absl::Status s = RetryUntil(options_.timeout, what + " at " + chief_, [&] {
+    return FromGrpcStatus(master_->CreateVariable(Context().get(), req, &resp), what, chief_);
+  });
+  if (!s.ok()) return s;
+  // A bad answer from the chief is an error here rather than a crash later.
+  absl::StatusOr<VariableRef> ref = ToVariableRef(resp.placement(), spec.name(), shape, num_ps());
+  if (!ref.ok()) return absl::InternalError(absl::StrCat("chief's ", ref.status().message()));
+  return ref;
+}
+
+absl::Status Client::Impl::SendCreateTable(const TableDef& def) {
+  CreateTableRequest req;
+  *req.mutable_sender() = sender_;
+  *req.mutable_table() = def;
+  CreateTableResponse resp;
+  const std::string what = "CreateTable \"" + def.name() + "\"";
+  return RetryUntil(options_.timeout, what + " at " + chief_, [&] {
+    return FromGrpcStatus(master_->CreateTable(Context().get(), req, &resp), what, chief_);
+  });
 }
 
 absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optional<double> loss) {
@@ -189,7 +216,8 @@ absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optiona
   pushed_ = kind;
   ++pushes_;
   if (task_) ++task_steps_;
-  if (pushes_ % kReportEvery == 0) return Report(false, "");
+  // With tasks a chief that is gone is waited for (a restarted chief takes over).
+  if (pushes_ % kReportEvery == 0) return AbandonIfRolledBack(Report(false, ""));
   return absl::OkStatus();
 }
 
@@ -201,17 +229,13 @@ void Client::Impl::RebuildTableClient() {
 absl::StatusOr<int> Client::Impl::CreateTable(const TableOptions& t) {
   if (done_) return absl::FailedPreconditionError("the client is done: Done() was called");
   if (absl::Status s = CheckTable(t); !s.ok()) return s;
-  CreateTableRequest req;
-  *req.mutable_sender() = sender_;
-  *req.mutable_table() = ToTableDef(t);
-  CreateTableResponse resp;
-  absl::Status s = FromGrpcStatus(master_->CreateTable(Context().get(), req, &resp),
-                                  "CreateTable \"" + t.name + "\"", chief_);
-  if (!s.ok()) return s;
+  TableDef def = ToTableDef(t);
+  if (absl::Status s = SendCreateTable(def); !s.ok()) return s;
   for (size_t i = 0; i < tables_.size(); ++i) {
     if (tables_[i].name == t.name) return static_cast<int>(i);  // the chief checked the rest
   }
   tables_.push_back({t.name, t.dim});
+  table_defs_.push_back(std::move(def));
   RebuildTableClient();
   return static_cast<int>(tables_.size() - 1);
 }
@@ -263,9 +287,11 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
   absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kSparse);
   if (!tag.ok()) return tag.status();
   int stale = 0;
-  // Sync: every PS takes part in every table's step, so each gets this worker's gradient.
-  if (absl::Status s = table_client_->Push(keys, grads, /*every_ps=*/mode_ == "sync", &stale,
-                                           *tag ? &**tag : nullptr);
+  // Sync: every PS takes part in every table's step, so each gets this worker's gradient. A
+  // tagged push reaches every table part too, with no keys where the batch has none: the
+  // chief's final check wants every batch's watermark on every part.
+  const bool every_ps = mode_ == "sync" || tag->has_value();
+  if (absl::Status s = table_client_->Push(keys, grads, every_ps, &stale, *tag ? &**tag : nullptr);
       !s.ok()) {
     return AbandonIfRolledBack(std::move(s));
   }
@@ -306,7 +332,15 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   if (absl::Status s = ps_[current_]->Leave(/*pause=*/true); !s.ok()) return s;
   after_barrier_ = true;
   tables_after_barrier_ = true;
-  return WaitAtBarrier(name);
+  while (true) {
+    absl::Status s = WaitAtBarrier(name);
+    // With tasks: a chief that restarted (or a job that rolled back) meanwhile is waited
+    // for, and its barrier joined.
+    if (s.ok() || !has_tasks()) return s;
+    if (absl::Status a = AbandonIfRolledBack(s); !a.ok() || !abandoned_) return s;
+    if (absl::Status a = AdoptOutsideTask(); !a.ok()) return a;
+    if (abandoned_) return s;  // a task was in hand: the task loop takes the new generation
+  }
 }
 
 absl::Status Client::Impl::WaitAtBarrier(const std::string& name) {
@@ -324,6 +358,7 @@ absl::Status Client::Impl::Done(const absl::Status& outcome) {
   if (done_) return absl::FailedPreconditionError("Done() was already called");
   if (absl::Status s = CheckIdle("Done"); !s.ok()) return s;
   done_ = true;
+  if (has_tasks()) return DoneWithTasks(outcome);
   StopHeartbeats();
   // Leave first: once the last worker reports done the chief shuts the PS down. After the
   // chief said stop, the PS may already be gone and no step waits for this worker any more.

@@ -341,7 +341,10 @@ class Client {
   // the call that learnt of it until the next NextTask, Push and PushSparse are dropped, Pull
   // gives the values in hand and Lookup zeros, and TaskDone reports nothing. A loop over the
   // task's batches may stop early when this is true; NextTask then hands out a task of the
-  // restored job.
+  // restored job. A chief that died and was restarted is the same to a program: the client
+  // registers with the new chief, which resumes from the job's latest checkpoint, and creates
+  // the program's variables and tables again there (in its order) before the next task. A
+  // rollback met outside any task (a Pull or Barrier after the task loop) is taken at once.
   bool task_abandoned() const;
 
   // The smallest variable version read by the last Pull: the global step in sync mode, the
@@ -357,13 +360,17 @@ class Client {
   // jobs the workers still training step on without it (sync steps aggregate the gradients of
   // the workers not paused), and its next Push rejoins it. So workers may take different numbers
   // of steps and then meet here. DeadlineExceeded after `timeout`, with the chief's account of
-  // which workers have not arrived.
+  // which workers have not arrived. In a job with tasks, a chief restarted meanwhile is waited
+  // for and its barrier joined.
   absl::Status Barrier(const std::string& name);
 
   // Call once at the end: tells every PS this worker left (so sync steps and ssp clocks stop
   // counting it), then reports to the chief that it is done (steps = pushes). With a non-OK
   // `outcome` reports that this worker failed with that error instead, which ends the job.
-  // Later calls other than mode() and global_step() return FailedPrecondition.
+  // In a job with tasks it then waits until the chief ends the job (reporting again to a chief
+  // restarted meanwhile), so that a restarted chief finds every program; DeadlineExceeded if
+  // the chief is silent for `timeout`. Later calls other than mode() and global_step() return
+  // FailedPrecondition.
   absl::Status Done(const absl::Status& outcome = absl::OkStatus());
 
   // The job's consistency mode, from the chief: "async", "sync" or "ssp".

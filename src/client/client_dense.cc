@@ -118,6 +118,7 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
     return refuse(absl::FailedPreconditionError(
         "PullAsync while another pull is in flight: Wait for it first"));
   }
+  if (absl::Status s = AdoptOutsideTask(); !s.ok()) return refuse(s);
   if (abandoned_) return refuse(ValuesInHand(values));
   const bool sync = mode_ == "sync";
   if (sync && push_in_flight_ != nullptr) {
@@ -137,11 +138,16 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
   std::vector<const float*>* out = &pull_values_[target];
   st->call = threads_[target].Start(
       [ps, out, min_version, clock, sync] { return ps->Pull(out, min_version, clock, sync); });
-  st->finish = [this, target, values](absl::Status s) {
+  st->finish = [this, target, values, clock, sync](absl::Status s) {
     pull_in_flight_ = nullptr;
     if (!s.ok()) {
       if (absl::Status a = AbandonIfRolledBack(std::move(s)); !a.ok()) return a;
-      return ValuesInHand(values);
+      // Outside a task the new generation's values are read at once (the first read of a
+      // generation does not wait for a step).
+      if (abandoned_in_task_) return ValuesInHand(values);
+      if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
+      s = ps_[target]->Pull(&pull_values_[target], 0, clock, sync);
+      if (!s.ok()) return s;
     }
     current_ = target;
     pulled_ = true;

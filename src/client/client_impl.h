@@ -78,8 +78,25 @@ class Client::Impl {
   // back), abandons the task in hand and returns OK (docs/recovery.md, "Client programs");
   // else returns `s`.
   absl::Status AbandonIfRolledBack(absl::Status s);
-  // The next NextTask's first step after an abandoned task: the new generation's clients.
-  void AdoptGeneration();
+  // The next NextTask's first step after an abandoned task: the new generation's clients, and
+  // after a restarted chief the variables and tables created again.
+  absl::Status AdoptGeneration();
+  // Registers `sender` again with the chief, which did not know it (a restarted chief), and
+  // notes a new chief. Thread-safe: the heartbeat thread calls it too.
+  absl::Status RegisterAgain(const Sender& sender) ABSL_LOCKS_EXCLUDED(chief_mu_);
+  // Sends the creation of a variable of `shape` (or a table) to the chief, retried while it is
+  // not ready; the variable's placement.
+  absl::StatusOr<VariableRef> SendCreateVariable(const VariableSpec& spec,
+                                                 const std::vector<int64_t>& shape);
+  absl::Status SendCreateTable(const TableDef& def);
+  // A restarted chief knows none of this program's parameters: creates each again, in order.
+  absl::Status CreateAgain();
+  // A rollback met outside any task (a pull or barrier after the task loop): nothing to
+  // abandon, so the new generation is taken at once.
+  absl::Status AdoptOutsideTask();
+  // Done in a job with tasks: reports, then stays until the chief ends the job, reporting
+  // again to a restarted chief (which waits for every worker).
+  absl::Status DoneWithTasks(const absl::Status& outcome);
   // The values of the last pull, for a read after the job rolled back (Aborted if none).
   absl::Status ValuesInHand(std::vector<const float*>* values) const;
   void RebuildTableClient();
@@ -96,8 +113,9 @@ class Client::Impl {
   std::vector<std::string> ps_addresses_;  // from the chief, by task
   int num_workers_ = 0;                    // from the chief
 
-  std::vector<VariableRef> variables_;  // in creation order
-  DataType push_dtype_ = DT_FLOAT;      // from options_.push_dtype
+  std::vector<VariableRef> variables_;   // in creation order
+  std::vector<VariableSpec> var_specs_;  // as created, by variable
+  DataType push_dtype_ = DT_FLOAT;       // from options_.push_dtype
   // Two clients over variables_ (rebuilt by CreateVariable), each with its own thread: the
   // pushes go through ps_[current_], whose last pull read the values in hand; a pull goes
   // through the other one, so it can be in flight during a push, and makes it current.
@@ -113,6 +131,7 @@ class Client::Impl {
   uint64_t next_min_version_ = 0;  // sync: the step the next Pull waits for
 
   std::vector<TableRef> tables_;               // in creation order
+  std::vector<TableDef> table_defs_;           // as created, by table
   std::unique_ptr<TableClient> table_client_;  // over tables_; rebuilt by CreateTable
   std::vector<std::vector<float>> rows_;       // of the last Lookup, by table
   bool looked_up_ = false;                     // a Lookup since the last CreateTable
@@ -137,7 +156,13 @@ class Client::Impl {
   // The job rolled back: pushes are dropped and reads give the values in hand until NextTask
   // adopts `next_generation_`.
   bool abandoned_ = false;
+  bool abandoned_in_task_ = false;  // a task was in hand when the job rolled back
   uint64_t next_generation_ = 0;
+  // The chief that answered the last Register, and whether it is another one than the chief
+  // of the generation in hand (a restarted chief).
+  absl::Mutex chief_mu_;
+  uint64_t chief_incarnation_ ABSL_GUARDED_BY(chief_mu_) = 0;
+  bool new_chief_ ABSL_GUARDED_BY(chief_mu_) = false;
   absl::Mutex heartbeat_mu_;
   bool heartbeat_stop_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
   std::thread heartbeat_;

@@ -71,9 +71,42 @@ void Client::Impl::SendHeartbeats() {
     HeartbeatResponse resp;
     // A failed heartbeat is not this thread's to report: a chief that is gone shows in the
     // program's next call.
-    (void)master_->Heartbeat(ContextWithTimeout(heartbeat_interval_).get(), req, &resp);
+    const bool answered =
+        master_->Heartbeat(ContextWithTimeout(heartbeat_interval_).get(), req, &resp).ok();
+    // A restarted chief waits for every worker to register before it starts: this thread
+    // registers while the program's own thread may be busy.
+    if (answered && resp.register_again()) (void)RegisterAgain(req.sender());
     heartbeat_mu_.Lock();
   }
+}
+
+absl::Status Client::Impl::RegisterAgain(const Sender& sender) {
+  RegisterRequest req;
+  *req.mutable_sender() = sender;
+  RegisterResponse resp;
+  absl::Status s = FromGrpcStatus(
+      master_->Register(ContextWithTimeout(std::max(heartbeat_interval_, absl::Seconds(5))).get(),
+                        req, &resp),
+      "Register", chief_);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&chief_mu_);
+  if (resp.chief_incarnation() != chief_incarnation_) {
+    chief_incarnation_ = resp.chief_incarnation();
+    new_chief_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::CreateAgain() {
+  for (size_t i = 0; i < var_specs_.size(); ++i) {
+    absl::StatusOr<VariableRef> ref = SendCreateVariable(var_specs_[i], variables_[i].shape);
+    if (!ref.ok()) return ref.status();
+    variables_[i] = *std::move(ref);  // placed anew by the chief, the same for every program
+  }
+  for (const TableDef& def : table_defs_) {
+    if (absl::Status s = SendCreateTable(def); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 void Client::Impl::StopHeartbeats() {
@@ -98,7 +131,10 @@ absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
   for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLongestWait)) {
     HeartbeatResponse resp;
     const bool answered = master_->Heartbeat(Context().get(), req, &resp).ok();
-    if (answered && resp.generation() != sender_.generation()) {
+    if (answered && resp.register_again()) (void)RegisterAgain(sender_);
+    // A restarted chief runs no generation (0) until it has reset the PS.
+    if (answered && resp.generation() != 0 && resp.generation() != sender_.generation()) {
+      abandoned_in_task_ = abandoned_in_task_ || task_.has_value();
       abandoned_ = true;
       next_generation_ = resp.generation();
       task_.reset();
@@ -109,16 +145,62 @@ absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
   }
 }
 
-void Client::Impl::AdoptGeneration() {
-  if (!abandoned_) return;
+absl::Status Client::Impl::AdoptGeneration() {
+  if (!abandoned_) return absl::OkStatus();
   sender_.set_generation(next_generation_);
+  bool new_chief = false;
+  {
+    absl::MutexLock lock(&chief_mu_);
+    new_chief = std::exchange(new_chief_, false);
+  }
+  if (new_chief) {
+    if (absl::Status s = CreateAgain(); !s.ok()) {
+      absl::MutexLock lock(&chief_mu_);
+      new_chief_ = true;  // the next NextTask tries again
+      return s;
+    }
+  }
   RebuildPsClient();
   if (!tables_.empty()) RebuildTableClient();
   // The PS restored their state: the next reads take the step that is there.
   after_barrier_ = tables_after_barrier_ = true;
   next_min_version_ = next_table_version_ = 0;
   pushed_ = Pushed::kNone;
-  abandoned_ = false;
+  abandoned_ = abandoned_in_task_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::AdoptOutsideTask() {
+  return abandoned_ && !abandoned_in_task_ ? AdoptGeneration() : absl::OkStatus();
+}
+
+absl::Status Client::Impl::DoneWithTasks(const absl::Status& outcome) {
+  StopHeartbeats();  // this loop sends them
+  // The PS may be gone (the chief ended the job) or restarted: the job's end is the chief's.
+  if (!stopping_) (void)ps_[current_]->Leave();
+  const std::string error = outcome.ok() ? "" : std::string(outcome.message());
+  HeartbeatRequest req;
+  bool reported = false;
+  absl::Time until = absl::Now() + options_.timeout;  // the chief silent for this long: gone
+  while (!stopping_) {
+    if (!reported) reported = Report(outcome.ok(), error).ok();
+    if (stopping_) break;
+    *req.mutable_sender() = sender_;
+    HeartbeatResponse resp;
+    if (master_->Heartbeat(Context().get(), req, &resp).ok()) {
+      until = absl::Now() + options_.timeout;
+      if (resp.stop()) break;
+      if (resp.register_again() && RegisterAgain(sender_).ok()) reported = false;
+      if (resp.generation() != 0) sender_.set_generation(resp.generation());
+    }
+    if (absl::Now() > until) {
+      return absl::DeadlineExceededError(absl::StrCat("Done: the ", chief_, " did not answer for ",
+                                                      absl::FormatDuration(options_.timeout),
+                                                      " after this worker was done"));
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<PushTag>> Client::Impl::TagFor(Pushed kind) const {
@@ -155,7 +237,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
         absl::StrCat("NextTask: batch size ", batch_size, " must be at least 1"));
   }
   if (absl::Status s = CheckIdle("NextTask"); !s.ok()) return s;
-  AdoptGeneration();
+  if (absl::Status s = AdoptGeneration(); !s.ok()) return s;
   // Sync and ssp: a worker with no task must not hold back the steps or clocks of the others.
   const bool pause_when_waiting = mode_ == "sync" || mode_ == "ssp";
   bool paused = false;
@@ -168,7 +250,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
     if (!s.ok()) {
       // Rolled back while this worker waited for a task: ask the new generation.
       if (absl::Status a = AbandonIfRolledBack(s); !a.ok()) return a;
-      AdoptGeneration();
+      if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
       continue;
     }
     if (resp.kind() == NextTaskResponse::FINISHED) {
@@ -200,7 +282,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
       left = AbandonIfRolledBack(std::move(left));
       if (!left.ok()) return left;
       if (abandoned_) {
-        AdoptGeneration();
+        if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
         continue;
       }
       after_barrier_ = tables_after_barrier_ = true;  // the next reads do not wait for a step

@@ -33,6 +33,7 @@ Coordinator::Coordinator(std::vector<std::string> ps_addresses, int num_workers,
       ps_seen_(num_ps_, absl::InfinitePast()),
       workers_seen_(num_workers, absl::InfinitePast()),
       progress_(num_workers),
+      told_stop_(num_workers, false),
       sweeper_([this] { SweepLoop(); }) {}
 
 Coordinator::~Coordinator() {
@@ -167,6 +168,17 @@ void Coordinator::SetReady() {
   Run(finished);
 }
 
+namespace {
+
+// A program that asks a restarted chief before it has reset the PS and begun its generation
+// retries (docs/recovery.md, "Client programs").
+absl::Status NotReady(const std::string& what) {
+  return absl::UnavailableError(
+      absl::StrCat(what, ": the chief is not ready yet (it is starting, or restarting)"));
+}
+
+}  // namespace
+
 void Coordinator::SetCreateVariable(CreateVariableFn fn) {
   absl::MutexLock lock(&mu_);
   create_variable_ = std::move(fn);
@@ -184,6 +196,7 @@ absl::Status Coordinator::CreateVariable(const CreateVariableRequest& req,
     if (absl::Status s = CheckAndSee(req.sender(), what); !s.ok()) return s;
     workers_seen_[req.sender().task()] = absl::Now();
     fn = create_variable_;
+    if (!ready_) return NotReady(what);
   }
   if (!fn) {
     return absl::FailedPreconditionError(
@@ -212,6 +225,7 @@ absl::Status Coordinator::CreateTable(const CreateTableRequest& req, CreateTable
     if (absl::Status s = CheckAndSee(req.sender(), what); !s.ok()) return s;
     workers_seen_[req.sender().task()] = absl::Now();
     fn = create_table_;
+    if (!ready_) return NotReady(what);
   }
   if (!fn) {
     return absl::FailedPreconditionError(
@@ -253,6 +267,7 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
     workers_seen_[s.task()] = p.last_report;
     ++reports_;
     *stop = stop_;
+    if (stop_) told_stop_[s.task()] = true;
     if (p.done) ReleaseBarriers(&finished);
   }
   Run(finished);

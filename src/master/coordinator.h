@@ -119,6 +119,16 @@ class Coordinator {
   // forgets them: the job announces the workers again once the new generation's parameters are
   // in place.
   void AnnounceWorkers(const std::vector<Sender>& workers) ABSL_LOCKS_EXCLUDED(mu_);
+  // Client programs: once every task is applied, NextTask answers WAIT rather than FINISHED
+  // until FinishedSaved (a checkpoint holding the finished ledger is written), so that a
+  // program past its task loop never has to train again, whatever restarts after
+  // (docs/recovery.md, "Client programs"). Each generation needs its own save.
+  void HoldFinishedUntilSaved() ABSL_LOCKS_EXCLUDED(mu_);
+  bool FinishedHeld() const ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishedSaved() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to `timeout` until every worker that reported done has been answered that the
+  // job stops (client programs wait for it in Client::Done).
+  void WaitUntilToldStop(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Turns on the task queue (master/task_ledger.h) over the workers registered so far: from then
   // on workers take tasks (NextTask, TaskDone), every worker call counts as a heartbeat, and
@@ -259,6 +269,9 @@ class Coordinator {
   uint64_t task_seed_ ABSL_GUARDED_BY(mu_) = 0;
   bool start_released_ ABSL_GUARDED_BY(mu_) = false;      // the start barrier let every worker in
   std::vector<uint64_t> announced_ ABSL_GUARDED_BY(mu_);  // by worker: the PS know it
+  bool hold_finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_saved_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> told_stop_ ABSL_GUARDED_BY(mu_);  // by worker
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   absl::Duration ledger_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   LedgerShape shape_ ABSL_GUARDED_BY(mu_);  // of EnableTasks

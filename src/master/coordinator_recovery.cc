@@ -75,6 +75,7 @@ absl::StatusOr<uint64_t> Coordinator::BeginGeneration(const nlohmann::json& ledg
   SyncFailures();
   for (WorkerProgress& p : progress_) p.done = false;
   rollback_reason_.reset();
+  finished_saved_ = false;
   std::fill(announced_.begin(), announced_.end(), 0);  // until the job announces them again
   generation_ = std::max(generation_, above) + 1;
   spdlog::info("generation {} starts, from {}", generation_,

@@ -58,6 +58,32 @@ void Coordinator::AnnounceWorkers(const std::vector<Sender>& workers) {
   }
 }
 
+void Coordinator::HoldFinishedUntilSaved() {
+  absl::MutexLock lock(&mu_);
+  hold_finished_ = true;
+}
+
+bool Coordinator::FinishedHeld() const {
+  absl::MutexLock lock(&mu_);
+  return hold_finished_ && !finished_saved_;
+}
+
+void Coordinator::FinishedSaved() {
+  absl::MutexLock lock(&mu_);
+  finished_saved_ = true;
+}
+
+void Coordinator::WaitUntilToldStop(absl::Duration timeout) {
+  auto told = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    for (int t = 0; t < num_workers_; ++t) {
+      if (progress_[t].done && !told_stop_[t]) return false;
+    }
+    return true;
+  };
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&told), timeout);
+}
+
 absl::Status Coordinator::NoTaskQueue(const Sender& s, const std::string& what) const {
   if (ready_)
     return absl::FailedPreconditionError(absl::StrCat(what, ": this job has no task queue"));
@@ -100,12 +126,15 @@ absl::Status Coordinator::NextTask(const NextTaskRequest& req, NextTaskResponse*
       t->set_seed(TaskSeed(task_seed_, next->task.epoch, next->task.id));
       break;
     }
+    case pstrain::NextTask::Kind::kFinished:
+      if (!hold_finished_ || finished_saved_) {
+        resp->set_kind(NextTaskResponse::FINISHED);
+        break;
+      }
+      [[fallthrough]];  // until the finished ledger is saved
     case pstrain::NextTask::Kind::kWait:
       resp->set_kind(NextTaskResponse::WAIT);
       resp->set_retry_after_s(kRetryAfterSeconds);
-      break;
-    case pstrain::NextTask::Kind::kFinished:
-      resp->set_kind(NextTaskResponse::FINISHED);
       break;
   }
   return absl::OkStatus();
@@ -141,6 +170,7 @@ absl::Status Coordinator::Heartbeat(const HeartbeatRequest& req, HeartbeatRespon
     return st;
   }
   resp->set_stop(stop_);
+  if (stop_) told_stop_[s.task()] = true;
   resp->set_generation(generation_);
   if (ledger_) resp->set_heartbeat_interval_s(absl::ToDoubleSeconds(heartbeat_interval_));
   return absl::OkStatus();

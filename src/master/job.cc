@@ -59,6 +59,9 @@ absl::StatusOr<JobResult> Job::Run() {
     task_rows_ = config_.TaskRows(config_.rows, static_cast<int>(workers_.size()));
   }
   if (absl::Status s = EnableTasks(); !s.ok()) return s;
+  if (model_job_ == nullptr && Recovery() && checkpoints_ != nullptr) {
+    coordinator_->HoldFinishedUntilSaved();
+  }
   if (Recovery()) {
     // Reset first: a restarted chief numbers its runs above those the PS ran for the chief
     // before it, so that the old runs' calls are refused as those of another generation.
@@ -311,6 +314,9 @@ absl::StatusOr<JobResult> ReportFinishedJob(const MasterOptions& options,
   return result;
 }
 
+// How long the chief waits, at the end, for its client programs to ask whether the job ends.
+constexpr absl::Duration kProgramsHearStop = absl::Seconds(10);
+
 absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   const JobConfig& config = options.job;
   const int num_workers = static_cast<int>(options.worker_addresses.size());
@@ -367,6 +373,8 @@ absl::StatusOr<JobResult> RunJobSteps(const MasterOptions& options) {
   }
   job.ShutdownTasks(result.ok() ? "job finished" : std::string(result.status().message()),
                     result.ok());
+  // Client programs that reported done wait to hear that the job ends (Client::Done).
+  if (!config.BuiltInModel()) coordinator.WaitUntilToldStop(kProgramsHearStop);
   if (config.end_delay_ms > 0) {
     spdlog::info("the chief reports the result in {} ms (--end_delay_ms)", config.end_delay_ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(config.end_delay_ms));

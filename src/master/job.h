@@ -163,6 +163,9 @@ class Job {
   // Until every worker is done (the ledger finished, with the task queue); a worker is counted
   // as heard from at `alive_since` (the start, or the end of a rollback).
   absl::Status WaitForWorkers(absl::Time start, absl::Time alive_since, JobResult* result);
+  // Client programs: once every task is applied, a checkpoint of it before any program hears
+  // that the tasks are finished (Coordinator::HoldFinishedUntilSaved).
+  void SaveFinishedLedger();
   bool TasksDone(const std::vector<WorkerProgress>& progress) const;
   absl::Status CheckLedgerMoves(const std::vector<WorkerProgress>& progress, absl::Time now,
                                 absl::Time* done_since) const;

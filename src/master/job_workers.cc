@@ -218,6 +218,7 @@ absl::Status Job::WaitForWorkers(absl::Time start, absl::Time alive_since, JobRe
     }
     const bool all_done = Summarize(progress, result) || TasksDone(progress);
     if (absl::Status s = CheckLedgerMoves(progress, now, &done_since); !s.ok()) return s;
+    SaveFinishedLedger();
     if (model_job_ == nullptr && result->global_step > 0) WarnNotCreated();
     if (checkpoints_ != nullptr && !all_done) checkpoints_->MaybeSave(result->global_step);
     const ProgressView view =
@@ -260,6 +261,20 @@ absl::Status Job::CheckLedgerMoves(const std::vector<WorkerProgress>& progress, 
 }
 
 // Task queue: the ledger is finished and every worker done or declared dead.
+void Job::SaveFinishedLedger() {
+  if (!coordinator_->FinishedHeld() || !coordinator_->TasksFinished()) return;
+  absl::StatusOr<std::string> saved = checkpoints_->SaveAndWait();
+  if (saved.ok()) {
+    spdlog::info("every task is applied: {} holds it before the programs hear so", *saved);
+  } else {
+    spdlog::warn(
+        "the checkpoint of the finished tasks failed ({}); the programs end their task "
+        "loops without it",
+        std::string(saved.status().message()));
+  }
+  coordinator_->FinishedSaved();
+}
+
 bool Job::TasksDone(const std::vector<WorkerProgress>& progress) const {
   if (task_rows_ <= 0 || !coordinator_->TasksFinished()) return false;
   const std::vector<bool> live = coordinator_->LiveWorkers();

@@ -97,7 +97,6 @@ Supervisor::Verdict Supervisor::OnDeath(size_t i) {
     return Verdict::kOff;
   }
   if (!policy_.recovery) return Verdict::kNoRecovery;
-  if (i == 0 && !policy_.restart_chief) return Verdict::kChiefNotRestarted;
   if (c.restarts >= policy_.max_restarts) return Verdict::kExhausted;
   if (!Pending(i)) pending_.push_back({i, absl::Now() + kBackoff});
   return Verdict::kRestart;

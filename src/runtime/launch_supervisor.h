@@ -49,8 +49,6 @@ struct RestartPolicy {
   bool enabled = true;
   int max_restarts = 5;  // per task
   bool recovery = true;  // the chief runs the task queue, so it takes restarted tasks back
-  // A chief of client programs is not restarted yet (docs/recovery.md, "Client programs").
-  bool restart_chief = true;
 };
 
 // The children of the launcher, the chief first, and their restarts.
@@ -81,7 +79,6 @@ class Supervisor {
     kRestart,     // started again after kBackoff (see Due)
     kOff,         // restarts are off, or the task is not one launch restarts: as without them
     kNoRecovery,  // the job has no recovery (--task_rows 0)
-    kChiefNotRestarted,  // the chief of client programs
     kExhausted,   // it was restarted --max_restarts times already
   };
   Verdict OnDeath(size_t i);

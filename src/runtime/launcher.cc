@@ -57,10 +57,7 @@ class Cluster {
  public:
   explicit Cluster(const LaunchOptions& o)
       : o_(o),
-        sup_({.enabled = o.restart_failed,
-              .max_restarts = o.max_restarts,
-              .recovery = o.recovery,
-              .restart_chief = o.worker_command.empty()}),
+        sup_({.enabled = o.restart_failed, .max_restarts = o.max_restarts, .recovery = o.recovery}),
         plan_(o) {}
   ~Cluster() { sup_.StopAll(absl::Seconds(0)); }
 
@@ -260,14 +257,6 @@ class Cluster {
           std::fprintf(stderr,
                        "pstrain launch: %s; this job has no recovery (no task queue: --task_rows "
                        "0, or --model external without --rows), so it is not restarted\n",
-                       Describe(c).c_str());
-          break;
-        case Supervisor::Verdict::kChiefNotRestarted:
-          output_.EndProgress();
-          std::fprintf(stderr,
-                       "pstrain launch: %s; the chief of client programs is not restarted (the "
-                       "programs would have to create their variables again): start the job "
-                       "again with --resume on its --checkpoint_dir\n",
                        Describe(c).c_str());
           break;
         case Supervisor::Verdict::kExhausted:
