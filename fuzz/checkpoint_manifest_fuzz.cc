@@ -1,11 +1,11 @@
-// The checkpoint manifest reader (master/checkpoint_manifest.h ReadManifest), which the chief
+// The checkpoint manifest reader (common/checkpoint_manifest.h ReadManifest), which the chief
 // runs on <dir>/manifest.json when it restores or lists checkpoints: any JSON, any types, any
 // numbers. What it accepts has as many files as PS.
 //   input: the bytes of manifest.json
 #include <string>
 
 #include "fuzz_util.h"
-#include "master/checkpoint_manifest.h"
+#include "common/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;

@@ -10,9 +10,9 @@
 #include <fstream>
 
 #include "checkpoint_testing.h"
+#include "common/checkpoint_manifest.h"
 #include "ctr_testing.h"
 #include "gmock/gmock.h"
-#include "master/checkpoint_manifest.h"
 #include "nlohmann/json.hpp"
 #include "testing.h"
 

@@ -2,7 +2,7 @@
 // common/limits.h, and every path against the checkpoint's directory, before anything is
 // allocated or opened. Each bad manifest is refused with an error naming the file, the field and
 // the value; nothing crashes, and no single allocation grows with what the manifest declares.
-#include "master/checkpoint_manifest.h"
+#include "common/checkpoint_manifest.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/checkpoint_manifest.h"
 #include "ctr_testing.h"
 #include "gmock/gmock.h"
-#include "master/checkpoint_manifest.h"
 #include "nlohmann/json.hpp"
 #include "testing.h"
 

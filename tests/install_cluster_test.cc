@@ -1,7 +1,8 @@
 // The installed package as another project uses it: `cmake --install` of this build into a
 // temporary prefix, tests/install_project built against it with find_package(pstrain) (and its
 // source compiled once more with pkg-config's flags), then run as the worker of a real cluster
-// whose chief and PS are the installed pstrain binary.
+// whose chief and PS are the installed pstrain binary; the job's checkpoint is then read by
+// another program of the project through the installed library.
 #include <filesystem>
 
 #include "gmock/gmock.h"
@@ -66,9 +67,10 @@ TEST(InstallTest, AnotherProjectBuildsAgainstTheInstalledPackageAndTrains) {
          "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" + type + "\", \"index\": 0}}"}};
   };
   const std::string pstrain = prefix + "/bin/pstrain";
-  const Proc chief =
-      Start({pstrain, "server", "--job", "chief", "--model", "external", "--connect_timeout", "60"},
-            env("chief"));
+  const std::string ckpt = work + "/ckpt";
+  const Proc chief = Start({pstrain, "server", "--job", "chief", "--model", "external",
+                            "--connect_timeout", "60", "--checkpoint_dir", ckpt},
+                           env("chief"));
   const Proc ps = Start({pstrain, "server", "--connect_timeout", "60"}, env("ps"));
   const Result worker = testing::Run({project_build + "/fit_target"}, env("worker"), 180);
   EXPECT_EQ(worker.exit_code, 0) << worker.out << worker.err;
@@ -76,6 +78,27 @@ TEST(InstallTest, AnotherProjectBuildsAgainstTheInstalledPackageAndTrains) {
   const Result c = Wait(chief, 60);
   EXPECT_EQ(c.exit_code, 0) << c.err;
   EXPECT_EQ(Wait(ps, 30).exit_code, 0);
+
+  // The job's final checkpoint, read by another program through the installed library: the
+  // worker's final pull, digit for digit (%.9g prints a float exactly).
+  const Result read = testing::Run({project_build + "/read_checkpoint", ckpt}, {}, 60);
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  const size_t w_at = worker.out.find("\"w\": [");
+  ASSERT_NE(w_at, std::string::npos) << worker.out;
+  const std::string w = worker.out.substr(w_at, worker.out.find(']', w_at) - w_at + 1);
+  EXPECT_THAT(read.out, HasSubstr("\"global_step\": 40, \"variables\": {" + w + "}"));
+  // A damaged part: the library's error names the file; nothing is printed.
+  std::string part;
+  for (const auto& e : fs::recursive_directory_iterator(ckpt)) {
+    if (e.path().filename() == "ps-0.ckpt") part = e.path().string();
+  }
+  ASSERT_FALSE(part.empty());
+  fs::resize_file(part, fs::file_size(part) / 2);
+  const Result damaged =
+      testing::Run({project_build + "/read_checkpoint", fs::path(part).parent_path()}, {}, 60);
+  EXPECT_EQ(damaged.exit_code, 1) << damaged.out;
+  EXPECT_THAT(damaged.err, HasSubstr(part));
+  EXPECT_TRUE(damaged.out.empty()) << damaged.out;
   for (pid_t pid : ProcessesTagged("PSTRAIN_TEST_TAG=" + tag)) kill(pid, SIGKILL);
   fs::remove_all(work);
 }

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "checkpoint_testing.h"
+#include "common/checkpoint_manifest.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
-#include "master/checkpoint_manifest.h"
 #include "master/coordinator.h"
 #include "testing.h"
 

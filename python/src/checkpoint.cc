@@ -10,8 +10,8 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "client/client.h"
 #include "errors.h"
-#include "master/master.h"
 
 namespace py = pybind11;
 
@@ -24,7 +24,7 @@ py::tuple LoadCheckpoint(const std::string& path) {
   absl::StatusOr<CheckpointParameters> read;
   {
     py::gil_scoped_release release;  // reading and checking every part takes a while
-    read = ReadCheckpointParameters(path);
+    read = ReadCheckpoint(path);
   }
   CheckpointParameters c = ValueOrThrow(std::move(read));
   py::list variables, tables;

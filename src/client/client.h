@@ -391,4 +391,30 @@ class Client {
   const std::unique_ptr<Impl> impl_;
 };
 
+// Reading a checkpoint outside a job (docs/checkpoints.md), as pstrain.load_checkpoint does in
+// Python: a checkpoint's trained parameters, with the checks of a restore.
+struct CheckpointParameters {
+  std::string path;  // the ckpt-<step> directory read
+  int64_t global_step = 0;
+  struct Variable {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> values;  // the whole variable, its shards reassembled, row-major
+  };
+  struct Table {
+    std::string name;
+    int dim = 0;
+    std::vector<uint64_t> keys;
+    std::vector<float> rows;  // keys.size() * dim: the row of keys[i] at i * dim (no slots)
+  };
+  std::vector<Variable> variables;  // in the checkpoint's order
+  std::vector<Table> tables;
+};
+
+// Reads the checkpoint at `path`: a ckpt-<step> directory, or a --checkpoint_dir whose newest
+// valid checkpoint is read. NotFound for a path that does not exist or holds no checkpoint;
+// DataLoss naming the file and what is wrong with it for a damaged one (every part is checked
+// against the manifest's sizes and checksums); ResourceExhausted if it does not fit in memory.
+absl::StatusOr<CheckpointParameters> ReadCheckpoint(const std::string& path);
+
 }  // namespace pstrain

@@ -47,6 +47,9 @@ constexpr int kMaxTextBytes = 64 * 1024;
 // is checked against the limits above (names, ranks, tensor bytes, tables, tasks, table dims).
 constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 constexpr int kMaxCheckpointVariables = kMaxVariablesPerRequest;
+// The largest variable the chief creates: it draws every initial value in its own memory
+// (2^31 floats, the most an initializer draws).
+constexpr int64_t kMaxVariableBytes = int64_t{8} << 30;
 constexpr int kMaxOptimizerSlots = 8;
 
 // a * b and a + b for non-negative operands, or nullopt on overflow.

@@ -1,6 +1,7 @@
 #include "common/tensor.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace pstrain {
@@ -21,6 +22,18 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string HumanBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
 }  // namespace pstrain

@@ -39,5 +39,7 @@ struct TensorView {
 int64_t NumElements(const std::vector<int64_t>& shape);
 // "[784, 256]"
 std::string ShapeString(const std::vector<int64_t>& shape);
+// "512 B", "1.5 KiB", "3.0 GiB".
+std::string HumanBytes(int64_t bytes);
 
 }  // namespace pstrain

@@ -290,4 +290,35 @@ absl::Status RestoreTable(const LoadedCheckpoint& ckpt, const TableDef& def, Tab
   return SendImports(ckpt, batches, ps_addresses, rpc_timeout);
 }
 
+absl::Status CheckSignature(const LoadedCheckpoint& ckpt, const ModelSignature& model) {
+  auto bad = [&](auto... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", ckpt.path, " is of another model: ", parts...));
+  };
+  const auto& a = model.variables;
+  const auto& b = ckpt.signature.variables;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= b.size()) return bad("the model's variable '", a[i].first, "' is not in it");
+    if (i >= a.size()) return bad("its variable '", b[i].first, "' is not in the model");
+    if (a[i].first != b[i].first) {
+      return bad("variable ", i, " is '", a[i].first, "' in the model, '", b[i].first, "' in it");
+    }
+    if (a[i].second != b[i].second) {
+      return bad("variable '", a[i].first, "' has shape ", ShapeString(a[i].second),
+                 " in the model, ", ShapeString(b[i].second), " in it");
+    }
+  }
+  const auto& ta = model.tables;
+  const auto& tb = ckpt.signature.tables;
+  for (size_t i = 0; i < std::max(ta.size(), tb.size()); ++i) {
+    if (i >= tb.size()) return bad("the model's table '", ta[i].first, "' is not in it");
+    if (i >= ta.size()) return bad("its table '", tb[i].first, "' is not in the model");
+    if (ta[i] != tb[i]) {
+      return bad("table ", i, " is '", ta[i].first, "' of dim ", ta[i].second, " in the model, '",
+                 tb[i].first, "' of dim ", tb[i].second, " in it");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pstrain

@@ -1,4 +1,4 @@
-// InspectCheckpoint and ReadCheckpointParameters (master.h): a checkpoint read as a restore
+// InspectCheckpoint (master.h): a checkpoint read as a restore
 // reads it, summarized or handed out whole.
 #include <algorithm>
 #include <cstdint>
@@ -91,49 +91,10 @@ std::string Text(const nlohmann::json& j) {
   return out;
 }
 
-// LoadCheckpoint for a reader outside a job: a path that does not exist is named as such, and
-// the restore's messages lose the flag this reader was not given.
-absl::StatusOr<LoadedCheckpoint> Load(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
-  }
-  absl::StatusOr<LoadedCheckpoint> c = LoadCheckpoint(path);
-  if (!c.ok()) {
-    return absl::Status(c.status().code(),
-                        absl::StripPrefix(c.status().message(), "--restore_from "));
-  }
-  return c;
-}
-
 }  // namespace
 
-absl::StatusOr<CheckpointParameters> ReadCheckpointParameters(const std::string& path) {
-  absl::StatusOr<LoadedCheckpoint> c = Load(path);
-  if (!c.ok()) return c.status();
-  CheckpointParameters out;
-  out.path = c->path;
-  out.global_step = c->global_step;
-  for (LoadedCheckpoint::Variable& v : c->variables) {
-    out.variables.push_back({v.name, v.shape, std::move(v.values)});
-  }
-  for (TableRecord& t : c->tables) {
-    CheckpointParameters::Table& table = out.tables.emplace_back();
-    table.name = t.name;
-    table.dim = t.dim;
-    table.rows.resize(t.keys.size() * static_cast<size_t>(t.dim));
-    // Each saved row is the row, then its optimizer slots: floats_per_row floats.
-    for (size_t i = 0; i < t.keys.size(); ++i) {
-      std::copy_n(t.floats.begin() + static_cast<std::ptrdiff_t>(i * t.floats_per_row), t.dim,
-                  table.rows.begin() + static_cast<std::ptrdiff_t>(i * t.dim));
-    }
-    table.keys = std::move(t.keys);
-  }
-  return out;
-}
-
 absl::StatusOr<std::string> InspectCheckpoint(const std::string& path, bool json) {
-  absl::StatusOr<LoadedCheckpoint> c = Load(path);
+  absl::StatusOr<LoadedCheckpoint> c = LoadCheckpointToRead(path);
   if (!c.ok()) return c.status();
   const nlohmann::json j = Summary(*c);
   return json ? j.dump() + "\n" : Text(j);

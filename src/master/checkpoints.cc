@@ -14,8 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checkpoint_manifest.h"
 #include "common/rpc.h"
-#include "master/checkpoint_manifest.h"
+#include "common/tensor.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/checkpoint_format.h"
+#include "common/checkpoint_load.h"
 #include "master/master.h"
 #include "master/tables.h"
 #include "master/variables.h"
@@ -36,13 +37,6 @@ struct CheckpointOptions {
   int keep = 3;             // the newest checkpoints kept
   bool sync_mode = false;   // cut between steps: every shard and table at one version
   absl::Duration rpc_timeout = absl::Seconds(30);
-};
-
-// What a checkpoint says of the model: each variable's name and full shape, each table's name
-// and dim, in the model's order.
-struct ModelSignature {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
-  std::vector<std::pair<std::string, int>> tables;
 };
 
 // The signature of a built-in model: its variables and tables, in its order.
@@ -117,56 +111,6 @@ class CheckpointManager {
   std::function<nlohmann::json()> ledger_source_ ABSL_GUARDED_BY(mu_);
   std::thread writer_;
 };
-
-// A checkpoint read back whole: every variable reassembled from its shards (values and each
-// slot), and every table's rows gathered from all parts.
-struct LoadedCheckpoint {
-  struct Variable {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::string optimizer;         // the OptimizerConfig's name
-    std::string optimizer_config;  // serialized
-    uint64_t version = 0;          // the largest of its shards'
-    int64_t update_count = 0;      // the largest of its shards'
-    std::vector<float> values;
-    std::vector<SlotValues> slots;
-    // Per saved shard: rows [begin, end), version and update count (for a resharded restore).
-    struct Piece {
-      int64_t begin, end;
-      uint64_t version;
-      int64_t update_count;
-      std::vector<TaskWatermarkRecord> applied;  // the shard's task watermarks
-    };
-    std::vector<Piece> pieces;
-  };
-  std::string path;  // the ckpt-<step> directory
-  int64_t global_step = 0;
-  int num_ps = 0;
-  ModelSignature signature;
-  std::vector<Variable> variables;  // in the manifest's order
-  // All rows of each table, oldest update first; `applied` per (epoch, task) the smallest
-  // watermark of the parts.
-  std::vector<TableRecord> tables;
-  // The manifest's "ledger" (TaskLedger::ToJson); null if none. A task it says applied whose
-  // batches are not all in every shard and table (by the watermarks: a push still queued at the
-  // cut) is rewritten as pending, so a restored job redoes it.
-  nlohmann::json ledger;
-};
-
-// Per (epoch, task), the smallest watermark of `lists` (each a shard's or a table part's), a
-// task missing in one counting as 0; sorted by (epoch, task), without zeros.
-std::vector<TaskWatermarkRecord> MinWatermarks(
-    const std::vector<const std::vector<TaskWatermarkRecord>*>& lists);
-
-// Reads `path`: a ckpt-<step> directory, or a checkpoint root whose newest valid checkpoint is
-// used (an invalid one, a part truncated, corrupted or missing, is reported by a warning naming
-// the file, and the one before it is tried). NotFound if the root holds no checkpoint (no
-// ckpt-<step> with a manifest); DataLoss naming the file and the field if it holds some but
-// none is valid, or for a ckpt-<step> directory that is not valid. Every field of the manifest
-// and the parts is checked against common/limits.h before anything is sized by it, and the
-// memory a variable takes is bounded by what its parts hold (ResourceExhausted if even that
-// does not fit).
-absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path);
 
 // InvalidArgument naming the first variable or table whose name, shape or dim differs between
 // the checkpoint and the model (or that one of them lacks).

@@ -250,27 +250,6 @@ absl::StatusOr<JobResult> RunJob(const MasterOptions& options);
 // wrong with it (docs/checkpoints.md).
 absl::StatusOr<std::string> InspectCheckpoint(const std::string& path, bool json);
 
-// A checkpoint's trained parameters, read outside a job (pstrain.load_checkpoint).
-struct CheckpointParameters {
-  std::string path;  // the ckpt-<step> directory read
-  int64_t global_step = 0;
-  struct Variable {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::vector<float> values;  // the whole variable, its shards reassembled, row-major
-  };
-  struct Table {
-    std::string name;
-    int dim = 0;
-    std::vector<uint64_t> keys;
-    std::vector<float> rows;  // keys.size() * dim: the row of keys[i] at i * dim (no slots)
-  };
-  std::vector<Variable> variables;  // in the checkpoint's order
-  std::vector<Table> tables;
-};
-// Reads the checkpoint at `path` as InspectCheckpoint does (same checks, same errors).
-absl::StatusOr<CheckpointParameters> ReadCheckpointParameters(const std::string& path);
-
 // Ends every RunJob running in this process early, e.g. from the thread that handles SIGINT and
 // SIGTERM: each shuts every task down with job_succeeded = false and returns
 // Cancelled("stopped by <reason>"). Thread-safe and async-signal-unsafe (call it from a thread,

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/limits.h"
+#include "common/tensor.h"
 
 namespace pstrain {
 namespace {
@@ -72,18 +73,6 @@ int64_t FewestShardsOfAtMost(int64_t rows, int64_t row_bytes, int64_t max_bytes)
 }
 
 }  // namespace
-
-std::string HumanBytes(int64_t bytes) {
-  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024 && unit < 4) {
-    v /= 1024;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " B");
-  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
-}
 
 absl::StatusOr<PartitionerSpec> ParsePartitioner(const std::string& text) {
   PartitionerSpec spec;

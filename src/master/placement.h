@@ -106,7 +106,4 @@ std::string PlacementTable(const std::vector<std::string>& names,
 std::string TextColumns(const std::vector<std::vector<std::string>>& rows,
                         const std::vector<size_t>& right_aligned = {});
 
-// "512 B", "1.5 KiB", "3.0 GiB".
-std::string HumanBytes(int64_t bytes);
-
 }  // namespace pstrain

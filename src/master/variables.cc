@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/rpc.h"
+#include "common/tensor.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/tensor.h"
 #include "master/master.h"
 #include "master/placement.h"
@@ -20,10 +21,6 @@
 #include "worker.pb.h"
 
 namespace pstrain {
-
-// The largest variable the chief creates: it draws every initial value in its own memory
-// (2^31 floats, the most an initializer draws).
-constexpr int64_t kMaxVariableBytes = int64_t{8} << 30;
 
 struct NewVariable {
   std::string name;

@@ -1,7 +1,7 @@
 // Fits w [4] to a fixed target through pstrain, using only the installed client library: each
 // worker pushes the gradient of 0.5 * |w - target|^2, then all meet at a barrier and check the
-// final value. Prints one line, {"task": 0, "steps": 40, "w_error": ...}; exits 1 on an error or
-// when w did not reach the target.
+// final value. Prints one line, {"task": 0, "steps": 40, "w_error": ..., "w": [...]}; exits 1 on
+// an error or when w did not reach the target.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -38,6 +38,8 @@ int main() {
   double error = 0;
   for (int i = 0; i < 4; ++i) error = std::fmax(error, std::fabs(values[*w][i] - target[i]));
   if (absl::Status s = c.Done(); !s.ok()) return fail(s);
-  std::printf("{\"task\": %d, \"steps\": %d, \"w_error\": %g}\n", options->task, kSteps, error);
+  std::printf("{\"task\": %d, \"steps\": %d, \"w_error\": %g, \"w\": [%.9g, %.9g, %.9g, %.9g]}\n",
+              options->task, kSteps, error, values[*w][0], values[*w][1], values[*w][2],
+              values[*w][3]);
   return error < 1e-3 ? 0 : 1;
 }

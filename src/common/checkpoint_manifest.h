@@ -1,5 +1,5 @@
-// Internal to src/master: a checkpoint's manifest.json (docs/checkpoints.md), and the list of the
-// checkpoints under a root.
+// A checkpoint's manifest.json (docs/checkpoints.md), and the list of the checkpoints under a
+// root: written by the chief, read by a restore and by readers outside a job.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +10,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/checkpoint_format.h"
-#include "master/checkpoints.h"
+#include "nlohmann/json.hpp"
 
 namespace pstrain {
+
+// What a checkpoint says of the model: each variable's name and full shape, each table's name
+// and dim, in the model's order.
+struct ModelSignature {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
+  std::vector<std::pair<std::string, int>> tables;
+};
 
 struct Manifest {
   int64_t global_step = 0;

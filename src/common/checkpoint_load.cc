@@ -1,5 +1,6 @@
-// Reading a checkpoint back (every part checked against the manifest), comparing it with the
-// model, and restoring it into today's PS, whatever their number.
+// Reading a checkpoint back whole, every part checked against the manifest (checkpoint_load.h).
+#include "common/checkpoint_load.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -9,13 +10,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/checkpoint_manifest.h"
 #include "common/keys.h"
 #include "common/limits.h"
-#include "common/rpc.h"
 #include "common/tensor.h"
 #include "common/tensor_codec.h"
-#include "master/checkpoint_manifest.h"
-#include "master/checkpoints.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -289,35 +289,17 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& path) {
   return absl::NotFoundError(absl::StrCat("--restore_from ", path, ": no valid checkpoint"));
 }
 
-absl::Status CheckSignature(const LoadedCheckpoint& ckpt, const ModelSignature& model) {
-  auto bad = [&](auto... parts) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint ", ckpt.path, " is of another model: ", parts...));
-  };
-  const auto& a = model.variables;
-  const auto& b = ckpt.signature.variables;
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-    if (i >= b.size()) return bad("the model's variable '", a[i].first, "' is not in it");
-    if (i >= a.size()) return bad("its variable '", b[i].first, "' is not in the model");
-    if (a[i].first != b[i].first) {
-      return bad("variable ", i, " is '", a[i].first, "' in the model, '", b[i].first, "' in it");
-    }
-    if (a[i].second != b[i].second) {
-      return bad("variable '", a[i].first, "' has shape ", ShapeString(a[i].second),
-                 " in the model, ", ShapeString(b[i].second), " in it");
-    }
+absl::StatusOr<LoadedCheckpoint> LoadCheckpointToRead(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
   }
-  const auto& ta = model.tables;
-  const auto& tb = ckpt.signature.tables;
-  for (size_t i = 0; i < std::max(ta.size(), tb.size()); ++i) {
-    if (i >= tb.size()) return bad("the model's table '", ta[i].first, "' is not in it");
-    if (i >= ta.size()) return bad("its table '", tb[i].first, "' is not in the model");
-    if (ta[i] != tb[i]) {
-      return bad("table ", i, " is '", ta[i].first, "' of dim ", ta[i].second, " in the model, '",
-                 tb[i].first, "' of dim ", tb[i].second, " in it");
-    }
+  absl::StatusOr<LoadedCheckpoint> c = LoadCheckpoint(path);
+  if (!c.ok()) {
+    return absl::Status(c.status().code(),
+                        absl::StripPrefix(c.status().message(), "--restore_from "));
   }
-  return absl::OkStatus();
+  return c;
 }
 
 }  // namespace pstrain

@@ -1,4 +1,4 @@
-#include "master/checkpoint_manifest.h"
+#include "common/checkpoint_manifest.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -9,8 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
-#include "master/placement.h"
-#include "master/variables.h"
+#include "common/tensor.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
