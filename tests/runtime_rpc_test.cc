@@ -13,6 +13,7 @@
 #include "common/rpc.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing.h"
 #include "worker.grpc.pb.h"
 
 namespace pstrain {
@@ -20,9 +21,7 @@ namespace {
 
 int ListenOnLoopback(int* port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = testing::Loopback();
   socklen_t len = sizeof(a);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   EXPECT_EQ(listen(fd, 16), 0);
@@ -61,10 +60,7 @@ class SlowProxy {
     const absl::Time start = absl::Now();
     while (!stop_ && absl::Now() - start < delay_) absl::SleepFor(absl::Milliseconds(10));
     const int server = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(target_);
+    sockaddr_in a = testing::Loopback(target_);
     if (connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
       pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
       char buf[16384];

@@ -136,14 +136,21 @@ inline std::vector<pid_t> ProcessesTagged(const std::string& tag) {
   return found;
 }
 
+// The address 127.0.0.1:`port` (0: any port, for bind).
+inline sockaddr_in Loopback(int port = 0) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 // A socket listening on 127.0.0.1 at a port the kernel picked; closed when destroyed.
 class PortHolder {
  public:
   PortHolder() {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = Loopback();
     socklen_t len = sizeof(a);
     bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
     listen(fd_, 1);
@@ -175,10 +182,7 @@ inline bool WaitUntilListening(int port, double timeout_s = 120) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = Loopback(port);
     const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
     ::close(fd);
     if (up) return true;

@@ -13,10 +13,12 @@
 namespace pstrain {
 namespace {
 
-// The bytes of `src` copied to `dst`, which may be null when there are none (an empty vector's).
-void CopyBytes(void* dst, const std::string& src) {
-  if (!src.empty()) std::memcpy(dst, src.data(), src.size());
+// `bytes` bytes of `src` copied to `dst`; either may be null when there are none (an empty
+// vector's data()).
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
 }
+void CopyBytes(void* dst, const std::string& src) { CopyBytes(dst, src.data(), src.size()); }
 
 absl::Status Bad(const auto&... parts) {
   return absl::InvalidArgumentError(absl::StrCat(parts...));
@@ -209,9 +211,7 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
     const auto slots = vars[i]->optimizer->mutable_slots();
     for (int j = 0; j < v.slots_size(); ++j) {
       const float* data = *TensorData(v.slots(j).value(), vars[i]->shape, "slot");
-      if (!vars[i]->values->empty()) {
-        std::memcpy(slots[j].second, data, vars[i]->values->size() * sizeof(float));
-      }
+      CopyBytes(slots[j].second, data, vars[i]->values->size() * sizeof(float));
     }
     vars[i]->applied.Replace(v.applied());
   }
