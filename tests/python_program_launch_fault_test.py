@@ -6,7 +6,7 @@ process killed (SIGKILL) in the middle of training, as fault_kills.py does to bu
   back), or a PS (restarted; the job rolls back and the scripts go on, their tasks in hand
   abandoned). The job ends by itself with exit code 0, every task applied once (the chief's
   check of the ledger and of every PS's task watermarks) and a sound test accuracy;
-- the C++ example (examples/linear_regression.cc) with a worker killed;
+- the C++ example (examples/linear_regression.cc) with a worker or the chief killed;
 - a PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the rows
   pushed to them: with a worker, a PS or the chief killed, the counts are exact;
 - the chief killed (restarted from the latest checkpoint; the programs register with it and
@@ -133,19 +133,29 @@ def test_a_killed_script_or_ps_and_every_task_applied_once(tmp_path, victim, mod
     assert accuracy["test_accuracy"] >= 0.95, accuracy
 
 
-def test_the_cpp_example_on_tasks_survives_a_killed_worker(tmp_path):
+@pytest.mark.parametrize("victim", ["worker", "chief"])
+def test_the_cpp_example_on_tasks_survives_a_killed_worker_or_chief(tmp_path, victim):
     """The C++ client program (examples/linear_regression.cc) on tasks: worker 1 killed once
-    the job is under way, restarted by the launcher; every task applied once and the model
-    learnt."""
+    the job is under way, restarted by the launcher, or the chief killed once it saved a
+    checkpoint, restarted from it; every task applied once and the model learnt."""
     example = os.path.join(os.path.dirname(BINARY), "linear_regression")
     assert os.access(example, os.X_OK), "%s is not built" % example
     argv = [BINARY, "launch", "--ps", "2", "--workers", "2", "--rows", "200000", "--epochs", "2",
             "--task_rows", "10000", "--heartbeat_timeout_secs", "2", "--log_dir", str(tmp_path),
+            "--checkpoint_dir", str(tmp_path / "ckpt"), "--checkpoint_every_steps", "2000",
             "--", example, "--examples", "200000", "--batch", "32", "--lr", "0.05"]
-    rc, err, result = launch_and_kill(argv, 2000, lambda launcher: worker_pid(launcher, 1, example))
+    when = 2000
+    if victim == "chief":
+        when = lambda lines: past_step(2000)(lines) and in_log(
+            str(tmp_path / "chief-0.log"), " saved: ")(lines)
+    rc, err, result = launch_and_kill(argv, when, victim_finder(victim, example))
     assert rc == 0, err
-    assert "restarting worker:1" in err, err
-    assert result["tasks_applied_once"] and result["workers_replaced"] == 1, result
+    assert ("restarting %s" % VICTIMS[victim]) in err, err
+    assert result["tasks_applied_once"], result
+    if victim == "worker":
+        assert result["workers_replaced"] == 1, result
+    else:
+        assert result["chief_restarts"] == 1, result
     assert result["tasks_applied"] == result["tasks"] == 40, result
     for i in range(2):
         worker = json.loads(re.search(r"worker:%d result: (\{.*\})" % i, err).group(1))
