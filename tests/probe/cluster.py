@@ -219,7 +219,8 @@ class Cluster:
             if out.ok:
                 self.placements[name] = out.response.placement
                 return out.response.placement
-            if out.code != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+            # UNAVAILABLE: the chief is not ready yet (it creates nothing before its start).
+            if out.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
                 raise AssertionError("CreateVariable %r: %r" % (name, out))
             time.sleep(0.2)
 
