@@ -39,13 +39,14 @@ def worker_pid(launcher, index, program=SCRIPT):
 
 
 # The task each kind of test victim kills: a worker's program, a PS, or the chief.
-VICTIMS = {"worker": "worker:1", "ps": "ps:1", "chief": "chief:0", "chief_at_end": "chief:0"}
+VICTIMS = {"worker": "worker:1", "ps": "ps:1", "chief": "chief:0", "chief_at_end": "chief:0",
+           "ps_at_end": "ps:1"}
 
 
 def victim_finder(victim, program):
     if victim == "worker":
         return lambda launcher: worker_pid(launcher, 1, program)
-    if victim == "ps":
+    if victim.startswith("ps"):
         return lambda launcher: task_pid(launcher, "ps", 1)
     return lambda launcher: task_pid(launcher, "chief", 0)
 
@@ -205,13 +206,14 @@ client.done()
 """
 
 
-@pytest.mark.parametrize("victim", ["worker", "ps", "chief", "chief_at_end"])
+@pytest.mark.parametrize("victim", ["worker", "ps", "chief", "chief_at_end", "ps_at_end"])
 def test_an_embedding_program_counts_every_row_once(tmp_path, victim):
     """A PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the
     rows they are pushed (6000 rows, 2 epochs: each of the 500 ids 24 times, the bias 12000),
     with a worker, a PS or the chief killed in the middle, or the chief killed once every task
-    is applied (the programs then past their task loops, at the barrier or in done()): the
-    counts are exact."""
+    is applied (the programs then past their task loops, at the barrier, reading the rows or
+    in done()), or a PS then (the job rolls back to that checkpoint; the programs read the
+    restored rows and report done again): the counts are exact."""
     script = tmp_path / "count.py"
     script.write_text(COUNTING)
     out = tmp_path / "counts.npy"
@@ -224,7 +226,7 @@ def test_an_embedding_program_counts_every_row_once(tmp_path, victim):
     chief_log = str(tmp_path / "logs" / "chief-0.log")
     if victim == "chief":  # once there is a checkpoint to resume from
         when = lambda lines: past_step(100)(lines) and in_log(chief_log, " saved: ")(lines)
-    if victim == "chief_at_end":
+    if victim.endswith("_at_end"):
         when = in_log(chief_log, "every task is applied")
     rc, err, result = launch_and_kill(argv, when, victim_finder(victim, str(script)))
     assert rc == 0, err

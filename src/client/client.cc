@@ -248,13 +248,20 @@ absl::Status Client::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys
   }
   // As Pull: a sync lookup reads the step after this worker's last sparse push, except after a
   // barrier, when it reads the step that is there.
+  if (absl::Status s = AdoptOutsideTask(); !s.ok()) return s;
   const bool sync = mode_ == "sync";
   const uint64_t min_version = sync && !tables_after_barrier_ ? next_table_version_ : 0;
+  const int64_t clock = mode_ == "ssp" ? pushes_ : 0;
   absl::Status s =
-      abandoned_ ? absl::OkStatus()
-                 : table_client_->Lookup(keys, &rows_, min_version, mode_ == "ssp" ? pushes_ : 0);
+      abandoned_ ? absl::OkStatus() : table_client_->Lookup(keys, &rows_, min_version, clock);
   if (!s.ok()) s = AbandonIfRolledBack(std::move(s));
   if (!s.ok()) return s;
+  if (abandoned_ && !abandoned_in_task_) {
+    // Outside a task the new generation's rows are read at once (the first read of a
+    // generation does not wait for a step).
+    if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
+    if (absl::Status a = table_client_->Lookup(keys, &rows_, 0, clock); !a.ok()) return a;
+  }
   if (abandoned_) {
     // The job rolled back: the task is abandoned and its pushes dropped, so any rows of the
     // right size do (zeros).
@@ -329,17 +336,19 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   // Pause first: a worker waiting here must not hold back the steps of those still training,
   // or they would wait in a pull for this worker while it waits for them.
   if (absl::Status s = CheckIdle("Barrier"); !s.ok()) return s;
-  if (absl::Status s = ps_[current_]->Leave(/*pause=*/true); !s.ok()) return s;
-  after_barrier_ = true;
-  tables_after_barrier_ = true;
   while (true) {
+    if (absl::Status s = ps_[current_]->Leave(/*pause=*/true); !s.ok()) return s;
+    after_barrier_ = true;
+    tables_after_barrier_ = true;
     absl::Status s = WaitAtBarrier(name);
     // With tasks: a chief that restarted (or a job that rolled back) meanwhile is waited
-    // for, and its barrier joined.
+    // for, and its barrier joined on the new generation (paused there again).
     if (s.ok() || !has_tasks()) return s;
     if (absl::Status a = AbandonIfRolledBack(s); !a.ok() || !abandoned_) return s;
     if (absl::Status a = AdoptOutsideTask(); !a.ok()) return a;
-    if (abandoned_) return s;  // a task was in hand: the task loop takes the new generation
+    // A task was in hand (a barrier inside the task loop): the error stands, and the task
+    // loop takes the new generation at its next NextTask.
+    if (abandoned_) return s;
   }
 }
 

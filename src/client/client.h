@@ -344,7 +344,8 @@ class Client {
   // restored job. A chief that died and was restarted is the same to a program: the client
   // registers with the new chief, which resumes from the job's latest checkpoint, and creates
   // the program's variables and tables again there (in its order) before the next task. A
-  // rollback met outside any task (a Pull or Barrier after the task loop) is taken at once.
+  // rollback met outside any task (a Pull, Lookup or Barrier after the task loop) is taken at
+  // once: the call reads, or waits on, the restored job.
   bool task_abandoned() const;
 
   // The smallest variable version read by the last Pull: the global step in sync mode, the
@@ -360,8 +361,9 @@ class Client {
   // jobs the workers still training step on without it (sync steps aggregate the gradients of
   // the workers not paused), and its next Push rejoins it. So workers may take different numbers
   // of steps and then meet here. DeadlineExceeded after `timeout`, with the chief's account of
-  // which workers have not arrived. In a job with tasks, a chief restarted meanwhile is waited
-  // for and its barrier joined.
+  // which workers have not arrived. In a job with tasks, a chief restarted (or a rollback)
+  // meanwhile is waited for and its barrier joined, unless a task is in hand (then the error
+  // is returned, and NextTask takes the new generation).
   absl::Status Barrier(const std::string& name);
 
   // Call once at the end: tells every PS this worker left (so sync steps and ssp clocks stop

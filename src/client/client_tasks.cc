@@ -191,7 +191,11 @@ absl::Status Client::Impl::DoneWithTasks(const absl::Status& outcome) {
       until = absl::Now() + options_.timeout;
       if (resp.stop()) break;
       if (resp.register_again() && RegisterAgain(sender_).ok()) reported = false;
-      if (resp.generation() != 0) sender_.set_generation(resp.generation());
+      // A rollback (or a restarted chief) forgets who was done: report again.
+      if (resp.generation() != 0 && resp.generation() != sender_.generation()) {
+        sender_.set_generation(resp.generation());
+        reported = false;
+      }
     }
     if (absl::Now() > until) {
       return absl::DeadlineExceededError(absl::StrCat("Done: the ", chief_, " did not answer for ",

@@ -1,14 +1,11 @@
-// InspectCheckpoint (master.h): a checkpoint read as a restore
-// reads it, summarized or handed out whole.
+// InspectCheckpoint (master.h): a checkpoint read as a restore reads it, summarized.
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "master/checkpoints.h"
 #include "master/master.h"
 #include "master/placement.h"

@@ -126,8 +126,8 @@ class Coordinator {
   void HoldFinishedUntilSaved() ABSL_LOCKS_EXCLUDED(mu_);
   bool FinishedHeld() const ABSL_LOCKS_EXCLUDED(mu_);
   void FinishedSaved() ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits up to `timeout` until every worker that reported done has been answered that the
-  // job stops (client programs wait for it in Client::Done).
+  // With the task queue: waits up to `timeout` until every worker that reported done has been
+  // answered that the job stops (client programs wait for it in Client::Done).
   void WaitUntilToldStop(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Turns on the task queue (master/task_ledger.h) over the workers registered so far: from then

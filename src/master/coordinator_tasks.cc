@@ -81,6 +81,7 @@ void Coordinator::WaitUntilToldStop(absl::Duration timeout) {
     return true;
   };
   absl::MutexLock lock(&mu_);
+  if (!ledger_) return;  // without tasks a program's Done does not wait to hear it
   mu_.AwaitWithTimeout(absl::Condition(&told), timeout);
 }
 

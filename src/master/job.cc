@@ -298,9 +298,10 @@ absl::StatusOr<JobResult> ReportFinishedJob(const MasterOptions& options,
   *req.mutable_sender() = MakeSender("chief", 0);
   req.set_reason("job finished");
   req.set_job_succeeded(true);
+  // Programs waiting in Client::Done hear it from the start.
+  coordinator.RequestStop();
   TellTasksToStop(StubsFor<ParameterServerService>(options.ps_addresses),
                   StubsFor<WorkerService>(options.worker_addresses), req, kRestartedChiefPatience);
-  coordinator.RequestStop();
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   if (options.monitor != nullptr) {
     options.monitor->Update([&](JobStatus* s) {

@@ -166,6 +166,7 @@ class Job {
   // Client programs: once every task is applied, a checkpoint of it before any program hears
   // that the tasks are finished (Coordinator::HoldFinishedUntilSaved).
   void SaveFinishedLedger();
+  int finished_save_failures_ = 0;  // in a row, by SaveFinishedLedger
   bool TasksDone(const std::vector<WorkerProgress>& progress) const;
   absl::Status CheckLedgerMoves(const std::vector<WorkerProgress>& progress, absl::Time now,
                                 absl::Time* done_since) const;

@@ -260,21 +260,28 @@ absl::Status Job::CheckLedgerMoves(const std::vector<WorkerProgress>& progress, 
                                           coordinator_->LedgerCheck()));
 }
 
-// Task queue: the ledger is finished and every worker done or declared dead.
+// Saves of the finished ledger tried before the programs are told the tasks are finished
+// without one.
+constexpr int kFinishedSaveAttempts = 5;
+
 void Job::SaveFinishedLedger() {
   if (!coordinator_->FinishedHeld() || !coordinator_->TasksFinished()) return;
   absl::StatusOr<std::string> saved = checkpoints_->SaveAndWait();
   if (saved.ok()) {
     spdlog::info("every task is applied: {} holds it before the programs hear so", *saved);
+  } else if (++finished_save_failures_ < kFinishedSaveAttempts) {
+    return;  // tried again at the next pass (a PS that just died rolls the job back meanwhile)
   } else {
     spdlog::warn(
-        "the checkpoint of the finished tasks failed ({}); the programs end their task "
-        "loops without it",
-        std::string(saved.status().message()));
+        "the checkpoint of the finished tasks failed {} times ({}); the programs end "
+        "their task loops without it",
+        finished_save_failures_, std::string(saved.status().message()));
   }
+  finished_save_failures_ = 0;
   coordinator_->FinishedSaved();
 }
 
+// Task queue: the ledger is finished and every worker done or declared dead.
 bool Job::TasksDone(const std::vector<WorkerProgress>& progress) const {
   if (task_rows_ <= 0 || !coordinator_->TasksFinished()) return false;
   const std::vector<bool> live = coordinator_->LiveWorkers();
