@@ -185,7 +185,9 @@ TEST_F(CheckpointLedgerTest, TheManifestsLedgerIsTheCutsAndWatermarksSurviveARes
         for (const auto& [name, marks] : records) {
           const auto it = marks.find({e, id});
           const int64_t next = it == marks.end() ? 0 : it->second;
-          if (done) EXPECT_EQ(next, kBatches) << name << " task " << id << " of epoch " << e;
+          if (done) {
+            EXPECT_EQ(next, kBatches) << name << " task " << id << " of epoch " << e;
+          }
           partial = partial || (next > 0 && next < kBatches);
         }
       }
@@ -236,6 +238,45 @@ TEST_F(CheckpointLedgerTest, TheManifestsLedgerIsTheCutsAndWatermarksSurviveARes
           << "rows " << piece.begin << " to " << piece.end;
     }
     EXPECT_EQ(MapOf(again->tables[0].applied), MapOf(original->tables[0].applied));
+  }
+}
+
+// An async cut between the per-PS requests of one tagged push leaves the table's parts with
+// different watermarks for that task. Restored into as many PS (a rollback), each part takes its
+// own: the part that holds the batch must not apply it again when the task is redone. Into
+// another number of PS every part takes the smallest.
+TEST_F(CheckpointLedgerTest, ATablesPartsKeepTheirOwnWatermarksIntoAsManyPs) {
+  Coordinator c(addresses_, 1, absl::Milliseconds(50));
+  ASSERT_TRUE(c.EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
+  ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
+  Work(c);
+  CheckpointOptions o;
+  o.dir = dir_ + "/ckpt";
+  auto manager = *CheckpointManager::Create(o, addresses_);
+  manager->SetModel(placement_, {{{"w", {60, 4}}}, {{"emb", 4}}});
+  absl::StatusOr<LoadedCheckpoint> cut = LoadCheckpoint(*manager->SaveAndWait());
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_EQ(cut->table_part_applied.size(), 1u);
+  ASSERT_EQ(cut->table_part_applied[0].size(), 2u);
+  // As a cut in the middle of task 5 of epoch 1 would leave it: batch 2 applied on ps:1 only.
+  for (int part = 0; part < 2; ++part) {
+    for (TaskWatermarkRecord& w : cut->table_part_applied[0][part]) {
+      if (w.epoch == 1 && w.task == 5) w.next_batch = part == 0 ? 2 : 3;
+    }
+  }
+  cut->tables[0].applied =
+      MinWatermarks({&cut->table_part_applied[0][0], &cut->table_part_applied[0][1]});
+  ASSERT_EQ(MapOf(cut->tables[0].applied)[std::make_pair(1, int64_t{5})], 2);
+  for (int num_ps : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(num_ps, " ps"));
+    const std::string path = RestoreAndSave(*cut, num_ps, dir_ + "/into-" + std::to_string(num_ps));
+    ASSERT_FALSE(path.empty());
+    const std::map<std::string, Watermarks> records = RecordsOf(path, num_ps);
+    for (int t = 0; t < num_ps; ++t) {
+      const Watermarks& marks = records.at(absl::StrCat("table emb on ps:", t));
+      EXPECT_EQ(marks.at({1, 5}), num_ps == 2 ? 2 + t : 2) << "ps:" << t;
+      EXPECT_EQ(marks.at({1, 4}), kBatches);
+    }
   }
 }
 

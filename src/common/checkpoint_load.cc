@@ -217,6 +217,7 @@ absl::StatusOr<LoadedCheckpoint> LoadOne(const std::string& dir) {
     std::vector<const std::vector<TaskWatermarkRecord>*> lists;
     for (const auto& a : applied) lists.push_back(&a);
     t.applied = MinWatermarks(lists);
+    ckpt.table_part_applied.push_back(std::move(applied));
     if (t.name != name || t.dim != dim) {
       return Lost(dir, ": table '", name, "' of dim ", dim, " is in no part");
     }

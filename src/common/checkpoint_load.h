@@ -42,6 +42,10 @@ struct LoadedCheckpoint {
   // All rows of each table, oldest update first; `applied` per (epoch, task) the smallest
   // watermark of the parts.
   std::vector<TableRecord> tables;
+  // Per table (as `tables`), per saved part: that part's own watermarks. A cut in async mode can
+  // fall between the parts of one push, so the parts differ; restored into as many PS, each part
+  // takes its own (the keys go where they were), and none applies a batch it holds again.
+  std::vector<std::vector<std::vector<TaskWatermarkRecord>>> table_part_applied;
   // The manifest's "ledger" (TaskLedger::ToJson); null if none. A task it says applied whose
   // batches are not all in every shard and table (by the watermarks: a push still queued at the
   // cut) is rewritten as pending, so a restored job redoes it.

@@ -104,8 +104,18 @@ void AddVariables(const LoadedCheckpoint::Variable& v, const Placement& p,
   }
 }
 
-void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
+// The rows of `ckpt`'s table `index` for today's PS, each with the table's version and its task
+// watermarks: into as many PS as saved it, each part's own (its keys go back to it); into
+// another number, the smallest of the parts (a batch in flight at an async cut may then be
+// applied again to the rows of a part that held it).
+void AddTable(const LoadedCheckpoint& ckpt, size_t index, std::vector<ImportBatches>* batches) {
+  const TableRecord& t = ckpt.tables[index];
   const int num_ps = static_cast<int>(batches->size());
+  const std::vector<std::vector<TaskWatermarkRecord>>* own =
+      index < ckpt.table_part_applied.size() &&
+              ckpt.table_part_applied[index].size() == static_cast<size_t>(num_ps)
+          ? &ckpt.table_part_applied[index]
+          : nullptr;
   std::vector<std::vector<size_t>> rows_of(num_ps);
   for (size_t i = 0; i < t.keys.size(); ++i) rows_of[PsOfKey(t.keys[i], num_ps)].push_back(i);
   const size_t fpr = static_cast<size_t>(t.floats_per_row);
@@ -124,7 +134,7 @@ void AddTable(const TableRecord& t, std::vector<ImportBatches>* batches) {
       TableImport* imp = req->add_tables();
       imp->set_table(t.name);
       imp->set_version(t.version);
-      AddWatermarks(t.applied, imp->mutable_applied());
+      AddWatermarks(own != nullptr ? (*own)[ps] : t.applied, imp->mutable_applied());
       for (size_t k = begin; k < end; ++k) {
         const size_t i = rows[k];
         AppendBytes(imp->mutable_keys(), &t.keys[i], 1);
@@ -237,7 +247,7 @@ absl::Status RestoreParameters(const LoadedCheckpoint& ckpt, const std::vector<N
   }
   std::vector<ImportBatches> batches(ps_addresses.size());
   for (size_t i = 0; i < order.size(); ++i) AddVariables(*order[i], (*placed)[i], &batches);
-  for (const TableRecord& t : ckpt.tables) AddTable(t, &batches);
+  for (size_t i = 0; i < ckpt.tables.size(); ++i) AddTable(ckpt, i, &batches);
   if (absl::Status s = SendImports(ckpt, batches, ps_addresses, rpc_timeout); !s.ok()) return s;
   *placement = *std::move(placed);
   spdlog::info("restored {} (global step {}, saved by {} ps) into {} ps", ckpt.path,
@@ -271,8 +281,9 @@ absl::Status RestoreTable(const LoadedCheckpoint& ckpt, const TableDef& def, Tab
                           const std::vector<std::string>& ps_addresses,
                           absl::Duration rpc_timeout) {
   const TableRecord* saved = nullptr;
-  for (const TableRecord& t : ckpt.tables) {
-    if (t.name == def.name()) saved = &t;
+  size_t index = 0;
+  for (size_t i = 0; i < ckpt.tables.size(); ++i) {
+    if (ckpt.tables[i].name == def.name()) saved = &ckpt.tables[index = i];
   }
   if (saved == nullptr) {
     return absl::NotFoundError(
@@ -286,7 +297,7 @@ absl::Status RestoreTable(const LoadedCheckpoint& ckpt, const TableDef& def, Tab
   if (absl::Status s = CheckTableOptimizer(ckpt, *saved, def); !s.ok()) return s;
   if (absl::Status s = creator->GetOrCreate(def); !s.ok()) return s;
   std::vector<ImportBatches> batches(ps_addresses.size());
-  AddTable(*saved, &batches);
+  AddTable(ckpt, index, &batches);
   return SendImports(ckpt, batches, ps_addresses, rpc_timeout);
 }
 

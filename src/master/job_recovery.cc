@@ -18,6 +18,7 @@ void DropWatermarks(LoadedCheckpoint* ckpt) {
     for (LoadedCheckpoint::Variable::Piece& p : v.pieces) p.applied.clear();
   }
   for (TableRecord& t : ckpt->tables) t.applied.clear();
+  ckpt->table_part_applied.clear();
 }
 
 std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
