@@ -84,6 +84,11 @@ class Client::Impl {
   // Registers `sender` again with the chief, which did not know it (a restarted chief), and
   // notes a new chief. Thread-safe: the heartbeat thread calls it too.
   absl::Status RegisterAgain(const Sender& sender) ABSL_LOCKS_EXCLUDED(chief_mu_);
+  // One heartbeat as `sender` within `timeout`: the chief's answer, or nullopt if it did not
+  // answer. A chief that asks for it (a restarted one) is registered with again, and
+  // *registered (may be null) tells whether that succeeded. Thread-safe.
+  std::optional<HeartbeatResponse> Beat(const Sender& sender, absl::Duration timeout,
+                                        bool* registered = nullptr);
   // Sends the creation of a variable of `shape` (or a table) to the chief, retried while it is
   // not ready; the variable's placement.
   absl::StatusOr<VariableRef> SendCreateVariable(const VariableSpec& spec,

@@ -68,16 +68,23 @@ void Client::Impl::SendHeartbeats() {
   absl::MutexLock lock(&heartbeat_mu_);
   while (!heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stop_), heartbeat_interval_)) {
     heartbeat_mu_.Unlock();
-    HeartbeatResponse resp;
     // A failed heartbeat is not this thread's to report: a chief that is gone shows in the
-    // program's next call.
-    const bool answered =
-        master_->Heartbeat(ContextWithTimeout(heartbeat_interval_).get(), req, &resp).ok();
-    // A restarted chief waits for every worker to register before it starts: this thread
-    // registers while the program's own thread may be busy.
-    if (answered && resp.register_again()) (void)RegisterAgain(req.sender());
+    // program's next call. A restarted chief waits for every worker to register before it
+    // starts: this thread registers while the program's own thread may be busy.
+    (void)Beat(req.sender(), heartbeat_interval_);
     heartbeat_mu_.Lock();
   }
+}
+
+std::optional<HeartbeatResponse> Client::Impl::Beat(const Sender& sender, absl::Duration timeout,
+                                                    bool* registered) {
+  HeartbeatRequest req;
+  *req.mutable_sender() = sender;
+  HeartbeatResponse resp;
+  if (!master_->Heartbeat(ContextWithTimeout(timeout).get(), req, &resp).ok()) return std::nullopt;
+  const bool again = resp.register_again() && RegisterAgain(sender).ok();
+  if (registered != nullptr) *registered = again;
+  return resp;
 }
 
 absl::Status Client::Impl::RegisterAgain(const Sender& sender) {
@@ -126,21 +133,17 @@ absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
                        absl::IsDeadlineExceeded(s) || absl::IsFailedPrecondition(s) ||
                        absl::IsAborted(s) || absl::IsCancelled(s);
   const absl::Time until = absl::Now() + (ps_lost ? options_.timeout : absl::ZeroDuration());
-  HeartbeatRequest req;
-  *req.mutable_sender() = sender_;
   for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLongestWait)) {
-    HeartbeatResponse resp;
-    const bool answered = master_->Heartbeat(Context().get(), req, &resp).ok();
-    if (answered && resp.register_again()) (void)RegisterAgain(sender_);
+    const std::optional<HeartbeatResponse> resp = Beat(sender_, options_.timeout);
     // A restarted chief runs no generation (0) until it has reset the PS.
-    if (answered && resp.generation() != 0 && resp.generation() != sender_.generation()) {
+    if (resp && resp->generation() != 0 && resp->generation() != sender_.generation()) {
       abandoned_in_task_ = abandoned_in_task_ || task_.has_value();
       abandoned_ = true;
-      next_generation_ = resp.generation();
+      next_generation_ = resp->generation();
       task_.reset();
       return absl::OkStatus();
     }
-    if ((answered && resp.stop()) || absl::Now() + pause > until) return s;
+    if ((resp && resp->stop()) || absl::Now() + pause > until) return s;
     absl::SleepFor(pause);
   }
 }
@@ -179,21 +182,20 @@ absl::Status Client::Impl::DoneWithTasks(const absl::Status& outcome) {
   // The PS may be gone (the chief ended the job) or restarted: the job's end is the chief's.
   if (!stopping_) (void)ps_[current_]->Leave();
   const std::string error = outcome.ok() ? "" : std::string(outcome.message());
-  HeartbeatRequest req;
   bool reported = false;
   absl::Time until = absl::Now() + options_.timeout;  // the chief silent for this long: gone
   while (!stopping_) {
     if (!reported) reported = Report(outcome.ok(), error).ok();
     if (stopping_) break;
-    *req.mutable_sender() = sender_;
-    HeartbeatResponse resp;
-    if (master_->Heartbeat(Context().get(), req, &resp).ok()) {
+    bool registered = false;
+    if (const std::optional<HeartbeatResponse> resp = Beat(sender_, options_.timeout, &registered);
+        resp) {
       until = absl::Now() + options_.timeout;
-      if (resp.stop()) break;
-      if (resp.register_again() && RegisterAgain(sender_).ok()) reported = false;
+      if (resp->stop()) break;
+      if (registered) reported = false;
       // A rollback (or a restarted chief) forgets who was done: report again.
-      if (resp.generation() != 0 && resp.generation() != sender_.generation()) {
-        sender_.set_generation(resp.generation());
+      if (resp->generation() != 0 && resp->generation() != sender_.generation()) {
+        sender_.set_generation(resp->generation());
         reported = false;
       }
     }
