@@ -81,19 +81,7 @@ class CheckpointLedgerTest : public ::testing::Test {
     tag.set_task(t.task());
     tag.set_batch(batch);
     for (size_t ps = 0; ps < stubs_.size(); ++ps) {
-      PushRequest push;
-      *push.mutable_sender() = s;
-      *push.mutable_tag() = tag;
-      for (const Shard& shard : placement_[0].shards()) {
-        if (shard.ps_task() != static_cast<int>(ps)) continue;
-        Gradient* g = push.add_gradients();
-        g->set_name(shard.name());
-        const std::vector<float> ones((shard.row_end() - shard.row_begin()) * 4, 0.01f);
-        EncodeTensor({shard.row_end() - shard.row_begin(), 4}, ones.data(), g->mutable_gradient());
-      }
-      grpc::ClientContext ctx;
-      PushResponse resp;
-      ASSERT_TRUE(stubs_[ps]->Push(&ctx, push, &resp).ok());
+      PushDense(s, tag, static_cast<int>(ps));
       PushSparseRequest sparse;
       *sparse.mutable_sender() = s;
       *sparse.mutable_tag() = tag;
@@ -102,6 +90,51 @@ class CheckpointLedgerTest : public ::testing::Test {
       PushSparseResponse sresp;
       ASSERT_TRUE(stubs_[ps]->PushSparse(&sctx, sparse, &sresp).ok());
     }
+  }
+
+  // Batch `batch` of task 0 of epoch 0 to the shard of `w` on ps:`ps` only, as worker:0 of
+  // generation 1 (as a push whose other requests are still on the wire).
+  void PushOneShard(int ps, int64_t batch) {
+    Sender s = MakeSender("worker", 0);
+    s.set_generation(1);
+    PushTag tag;
+    tag.set_batch(batch);
+    PushDense(s, tag, ps);
+  }
+
+  // A gradient of 0.01 for the shard of `w` on ps:`ps`.
+  void PushDense(const Sender& s, const PushTag& tag, int ps) {
+    PushRequest push;
+    *push.mutable_sender() = s;
+    *push.mutable_tag() = tag;
+    for (const Shard& shard : placement_[0].shards()) {
+      if (shard.ps_task() != ps) continue;
+      Gradient* g = push.add_gradients();
+      g->set_name(shard.name());
+      const std::vector<float> ones((shard.row_end() - shard.row_begin()) * 4, 0.01f);
+      EncodeTensor({shard.row_end() - shard.row_begin(), 4}, ones.data(), g->mutable_gradient());
+    }
+    grpc::ClientContext ctx;
+    PushResponse resp;
+    ASSERT_TRUE(stubs_[ps]->Push(&ctx, push, &resp).ok());
+  }
+
+  // A task queue of kShape in its generation 1.
+  std::unique_ptr<Coordinator> StartTasks() {
+    auto c = std::make_unique<Coordinator>(addresses_, 1, absl::Milliseconds(50));
+    EXPECT_TRUE(c->EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
+    EXPECT_TRUE(c->BeginGeneration(nullptr).ok());
+    return c;
+  }
+
+  // Checkpoints of w and emb under dir_/ckpt, the newest `keep` kept.
+  std::unique_ptr<CheckpointManager> Checkpoints(int keep = CheckpointOptions().keep) {
+    CheckpointOptions o;
+    o.dir = dir_ + "/ckpt";
+    o.keep = keep;
+    auto manager = *CheckpointManager::Create(o, addresses_);
+    manager->SetModel(placement_, {{{"w", {60, 4}}}, {{"emb", 4}}});
+    return manager;
   }
 
   // Takes every task of the queue and pushes its batches, as worker:0 of generation 1.
@@ -144,14 +177,9 @@ class CheckpointLedgerTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointLedgerTest, TheManifestsLedgerIsTheCutsAndWatermarksSurviveARestore) {
-  Coordinator c(addresses_, 1, absl::Milliseconds(50));
-  ASSERT_TRUE(c.EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
-  ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
-  CheckpointOptions o;
-  o.dir = dir_ + "/ckpt";
-  o.keep = 1000;
-  auto manager = *CheckpointManager::Create(o, addresses_);
-  manager->SetModel(placement_, {{{"w", {60, 4}}}, {{"emb", 4}}});
+  std::unique_ptr<Coordinator> tasks = StartTasks();
+  Coordinator& c = *tasks;
+  auto manager = Checkpoints(1000);
   manager->SetLedgerSource([&c] { return c.LedgerJson(); });
   std::atomic<bool> finished = false;
   std::thread worker([&] {
@@ -246,14 +274,10 @@ TEST_F(CheckpointLedgerTest, TheManifestsLedgerIsTheCutsAndWatermarksSurviveARes
 // own: the part that holds the batch must not apply it again when the task is redone. Into
 // another number of PS every part takes the smallest.
 TEST_F(CheckpointLedgerTest, ATablesPartsKeepTheirOwnWatermarksIntoAsManyPs) {
-  Coordinator c(addresses_, 1, absl::Milliseconds(50));
-  ASSERT_TRUE(c.EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
-  ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
+  std::unique_ptr<Coordinator> tasks = StartTasks();
+  Coordinator& c = *tasks;
   Work(c);
-  CheckpointOptions o;
-  o.dir = dir_ + "/ckpt";
-  auto manager = *CheckpointManager::Create(o, addresses_);
-  manager->SetModel(placement_, {{{"w", {60, 4}}}, {{"emb", 4}}});
+  auto manager = Checkpoints();
   absl::StatusOr<LoadedCheckpoint> cut = LoadCheckpoint(*manager->SaveAndWait());
   ASSERT_TRUE(cut.ok()) << cut.status();
   ASSERT_EQ(cut->table_part_applied.size(), 1u);
@@ -281,14 +305,10 @@ TEST_F(CheckpointLedgerTest, ATablesPartsKeepTheirOwnWatermarksIntoAsManyPs) {
 }
 
 TEST_F(CheckpointLedgerTest, ALedgerTaskTheCutLacksIsRewrittenAsPendingAtLoad) {
-  Coordinator c(addresses_, 1, absl::Milliseconds(50));
-  ASSERT_TRUE(c.EnableTasks(kShape, absl::Seconds(1), absl::Seconds(30)).ok());
-  ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
+  std::unique_ptr<Coordinator> tasks = StartTasks();
+  Coordinator& c = *tasks;
   Work(c);
-  CheckpointOptions o;
-  o.dir = dir_ + "/ckpt";
-  auto manager = *CheckpointManager::Create(o, addresses_);
-  manager->SetModel(placement_, {{{"w", {60, 4}}}, {{"emb", 4}}});
+  auto manager = Checkpoints();
   // A ledger saying task 3 of epoch 1 had a batch more than any push carried.
   nlohmann::json claimed = c.LedgerJson();
   claimed["ledger"][1][3]["steps"] = kBatches + 1;
@@ -307,6 +327,47 @@ TEST_F(CheckpointLedgerTest, ALedgerTaskTheCutLacksIsRewrittenAsPendingAtLoad) {
   // The rewritten ledger is one a chief takes: that task is handed out again.
   ASSERT_TRUE(c.BeginGeneration(loaded->ledger).ok());
   EXPECT_EQ(c.LedgerJson()["applied"], 19);
+}
+
+// In async mode a checkpoint's step is its largest version: a shard below it can move while the
+// step stays. A save then writes that step again (the earlier checkpoint kept aside until the new
+// one is whole); with nothing moved, the ledger alone goes into the manifest even though the
+// versions differ (the last TaskDone of a job). After a restore the step is written again.
+TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) {
+  std::unique_ptr<Coordinator> tasks = StartTasks();
+  Coordinator& c = *tasks;
+  auto manager = Checkpoints(10);
+  nlohmann::json ledger = {{"note", 1}};
+  manager->SetLedgerSource([&ledger] { return ledger; });
+  auto shard_version = [](const LoadedCheckpoint& ckpt, int piece) {
+    return ckpt.variables[0].pieces.at(piece).version;
+  };
+  ASSERT_EQ(placement_[0].shards(0).ps_task(), 0);
+  PushOneShard(0, 0);
+  PushOneShard(0, 1);
+  const std::string path = *manager->SaveAndWait();
+  EXPECT_EQ(std::filesystem::path(path).filename(), "ckpt-2");
+  ASSERT_EQ(shard_version(*LoadCheckpoint(path), 1), 0u);
+
+  ledger["note"] = 2;  // nothing pushed: the manifest takes the ledger
+  EXPECT_EQ(*manager->SaveAndWait(), path);
+  EXPECT_EQ(ReadManifest(path)->ledger["note"], 2);
+
+  PushOneShard(1, 0);  // ps:1's shard moves to version 1, the step stays 2
+  ledger["note"] = 3;
+  EXPECT_EQ(*manager->SaveAndWait(), path);
+  absl::StatusOr<LoadedCheckpoint> again = LoadCheckpoint(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(shard_version(*again, 1), 1u);
+  EXPECT_EQ(again->ledger["note"], 3);
+  EXPECT_FALSE(std::filesystem::exists(path + ".replaced"));
+  EXPECT_EQ(ListCheckpoints(dir_ + "/ckpt").size(), 1u);
+
+  manager->SetRestoredStep(2);  // restored PS: no stamps to compare, the step is written again
+  ledger["note"] = 4;
+  EXPECT_EQ(*manager->SaveAndWait(), path);
+  EXPECT_EQ(ReadManifest(path)->ledger["note"], 4);
+  EXPECT_EQ(shard_version(*LoadCheckpoint(path), 1), 1u);
 }
 
 }  // namespace

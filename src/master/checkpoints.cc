@@ -54,9 +54,14 @@ struct CheckpointManager::Cut {
   uint64_t seq = 0;
   int64_t step = 0;
   std::string dir;
-  nlohmann::json ledger;     // the chief's ledger while every PS was frozen
-  bool unchanged = false;    // the PS are at the last checkpoint's step: nothing was written
-  bool uniform = false;      // every shard and table at one version
+  nlohmann::json ledger;   // the chief's ledger while every PS was frozen
+  bool unchanged = false;  // the PS are at the last checkpoint's step: nothing was written
+  bool uniform = false;    // every shard and table at one version
+  // Per PS its state stamp and table rows (CheckpointResponse): equal to the last checkpoint's,
+  // the state is that checkpoint's.
+  std::vector<std::pair<uint64_t, int64_t>> stamps;
+  bool same_state = false;
+  std::string replaced;  // an earlier checkpoint of this step, moved aside until this one is whole
   ModelSignature signature;  // what the frozen PS held: a parameter created later is not in it
 };
 
@@ -139,6 +144,7 @@ void CheckpointManager::SetRestoredStep(int64_t step) {
   absl::MutexLock lock(&mu_);
   last_step_ = step;
   last_trigger_step_ = step;
+  last_stamps_.clear();  // unknown: the next cut at this step is written
 }
 
 absl::Duration CheckpointManager::last_pause() const {
@@ -202,11 +208,17 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     if (!s.ok()) {
       std::error_code ec;
       fs::remove_all(c.dir, ec);
+      PutBack(c);
       return failed(s);
+    }
+    if (!c.replaced.empty()) {
+      std::error_code ec;
+      fs::remove_all(c.replaced, ec);
     }
     last_path_ = c.dir;
     last_step_ = c.step;
     last_uniform_ = c.uniform;
+    last_stamps_ = c.stamps;
     return c.dir;
   };
   if (wait) return finish();
@@ -220,10 +232,12 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
   Cut cut;
   int64_t last_step;
   std::function<nlohmann::json()> ledger_source;
+  std::vector<std::pair<uint64_t, int64_t>> last_stamps;
   {
     absl::MutexLock lock(&mu_);
     cut.seq = ++seq_;
     last_step = last_step_;
+    last_stamps = last_stamps_;
     ledger_source = ledger_source_;
     for (CheckpointRequest& r : freeze) {
       *r.mutable_sender() = MakeSender("chief", 0);
@@ -273,10 +287,12 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
     }
     uint64_t lo = ~uint64_t{0}, hi = 0;
     int64_t bytes = 0;
+    cut.stamps.clear();
     for (const CheckpointResponse& r : resp) {
       lo = std::min(lo, r.min_version());
       hi = std::max(hi, r.max_version());
       bytes += r.snapshot_bytes();
+      cut.stamps.emplace_back(r.state_stamp(), r.table_rows());
     }
     if (options_.sync_mode && lo != hi && attempt + 1 < kSyncAttempts) {
       phase_all(CheckpointRequest::ABORT, "");  // a step is half applied: cut again
@@ -291,17 +307,29 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
     cut.step = static_cast<int64_t>(hi);
     cut.uniform = lo == hi;
     if (ledger_source) cut.ledger = ledger_source();  // every PS is frozen at the cut
-    if (cut.step == last_step) {
+    // After a restore there are no stamps to compare: the state may have moved (a redone
+    // batch applied on a part that lacked it) without its largest version.
+    cut.same_state = !last_stamps.empty() && cut.stamps == last_stamps;
+    if (cut.step == last_step && cut.same_state) {
       phase_all(CheckpointRequest::ABORT, "");
       cut.unchanged = true;
       return cut;
     }
     cut.dir = absl::StrCat(options_.dir, "/ckpt-", cut.step);
     std::error_code ec;
+    if (cut.step == last_step && fs::exists(cut.dir, ec)) {
+      // Async: a shard below the largest version moved since the checkpoint of this step. That
+      // one stays whole aside until this one is.
+      cut.replaced = cut.dir + ".replaced";
+      fs::remove_all(cut.replaced, ec);
+      fs::rename(cut.dir, cut.replaced, ec);
+      if (ec) cut.replaced.clear();
+    }
     fs::remove_all(cut.dir, ec);  // a failed earlier attempt at this step
     fs::create_directories(cut.dir, ec);
     if (ec) {
       phase_all(CheckpointRequest::ABORT, "");
+      PutBack(cut);
       return absl::PermissionDeniedError(absl::StrCat("creating ", cut.dir, ": ", ec.message()));
     }
     absl::Status released = FirstError(phase_all(CheckpointRequest::RELEASE, cut.dir));
@@ -311,17 +339,28 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       last_pause_ = pause;
       last_snapshot_bytes_ = bytes;
     }
-    if (!released.ok()) return released;
+    if (!released.ok()) {
+      PutBack(cut);
+      return released;
+    }
     spdlog::info("checkpoint at step {}: {} copied in memory, pushes paused {}", cut.step,
                  HumanBytes(bytes), absl::FormatDuration(pause));
     return cut;
   }
 }
 
+void CheckpointManager::PutBack(const Cut& cut) {
+  if (cut.replaced.empty()) return;
+  std::error_code ec;
+  fs::remove_all(cut.dir, ec);
+  fs::rename(cut.replaced, cut.dir, ec);
+  if (ec) spdlog::warn("could not put back the checkpoint {}: {}", cut.dir, ec.message());
+}
+
 void CheckpointManager::UpdateLedger(const std::string& previous, const Cut& cut) {
   {
     absl::MutexLock lock(&mu_);
-    if (!last_uniform_ || previous != last_path_) return;
+    if (!(last_uniform_ || cut.same_state) || previous != last_path_) return;
   }
   if (previous.empty() || cut.ledger.is_null()) return;
   absl::StatusOr<Manifest> m = ReadManifest(previous);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -83,9 +84,12 @@ class CheckpointManager {
   // checkpoint's step and directory, or an error (every PS released).
   absl::StatusOr<Cut> TakeCut();
   // The PS are at the step of the checkpoint `previous`: if that one's cut had every shard and
-  // table at that one version (so the state is the same now), its manifest gets the cut's ledger
-  // if that differs (the ledger went on without a push, as the last TaskDone does).
+  // table at that one version, or the same state stamps (so the state is the same now), its
+  // manifest gets the cut's ledger if that differs (the ledger went on without a push, as the
+  // last TaskDone does).
   void UpdateLedger(const std::string& previous, const Cut& cut);
+  // A failed cut's directory removed and the checkpoint it replaced put back.
+  void PutBack(const Cut& cut);
   // Waits for the writes of `cut`, writes the manifest, removes old checkpoints.
   absl::Status Finish(const Cut& cut);
   // TakeCut, then Finish in the background (`wait`: in this thread).
@@ -99,8 +103,10 @@ class CheckpointManager {
   mutable absl::Mutex mu_;
   std::vector<Placement> placement_ ABSL_GUARDED_BY(mu_);
   ModelSignature signature_ ABSL_GUARDED_BY(mu_);
-  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;         // of the last checkpoint saved or restored
-  bool last_uniform_ ABSL_GUARDED_BY(mu_) = false;      // its cut had one version everywhere
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;     // of the last checkpoint saved or restored
+  bool last_uniform_ ABSL_GUARDED_BY(mu_) = false;  // its cut had one version everywhere
+  // Its cut's state stamps per PS; empty after a restore.
+  std::vector<std::pair<uint64_t, int64_t>> last_stamps_ ABSL_GUARDED_BY(mu_);
   int64_t last_trigger_step_ ABSL_GUARDED_BY(mu_) = 0;  // the job's step at the last save
   std::string last_path_ ABSL_GUARDED_BY(mu_);          // the newest checkpoint this job saved
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/checkpoint_manifest.h"
 #include "master/job.h"
 #include "master/progress.h"
 #include "master/specs.h"
@@ -267,6 +268,18 @@ constexpr int kFinishedSaveAttempts = 5;
 void Job::SaveFinishedLedger() {
   if (!coordinator_->FinishedHeld() || !coordinator_->TasksFinished()) return;
   absl::StatusOr<std::string> saved = checkpoints_->SaveAndWait();
+  if (saved.ok()) {
+    // The checkpoint must hold the finished ledger itself: a rollback to one that holds less
+    // would find tasks to redo and no program left in its task loop to redo them.
+    absl::StatusOr<Manifest> m = ReadManifest(*saved);
+    if (!m.ok()) {
+      saved = m.status();
+    } else if (!m->ledger.is_object() || !m->ledger.contains("tasks") ||
+               m->ledger.value("applied", nlohmann::json()) != m->ledger["tasks"]) {
+      saved =
+          absl::FailedPreconditionError(absl::StrCat(*saved, " does not hold the finished ledger"));
+    }
+  }
   if (saved.ok()) {
     spdlog::info("every task is applied: {} holds it before the programs hear so", *saved);
   } else if (++finished_save_failures_ < kFinishedSaveAttempts) {

@@ -89,10 +89,13 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
   absl::MutexLock admin(&admin_mu_);  // no create or delete while the state is copied
   absl::flat_hash_map<std::string, const CheckpointShard*> placed;
   for (const CheckpointShard& s : req.shards()) placed[s.name()] = &s;
-  uint64_t min_version = ~uint64_t{0}, max_version = 0;
-  auto saw = [&](uint64_t v) {
+  uint64_t min_version = ~uint64_t{0}, max_version = 0, stamp = 0;
+  int64_t rows = 0;
+  auto saw = [&](uint64_t v, const std::vector<TaskWatermarkRecord>& applied) {
     min_version = std::min(min_version, v);
     max_version = std::max(max_version, v);
+    stamp += v;
+    for (const TaskWatermarkRecord& w : applied) stamp += static_cast<uint64_t>(w.next_batch);
   };
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -118,7 +121,6 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
       r.row_end = s.row_end();
       absl::MutexLock vlock(&var->mu);
       r.version = var->version;
-      saw(r.version);
       r.update_count = var->optimizer->update_count();
       r.optimizer = std::string(var->optimizer->name());
       r.optimizer_config = var->optimizer->config().SerializeAsString();
@@ -131,6 +133,7 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
         r.slots[j].values.assign(slots[j].second, slots[j].second + n);
       }
       var->applied.Export(&r.applied);
+      saw(r.version, r.applied);
     }
   }
   const auto tables = AllTables();
@@ -142,10 +145,13 @@ absl::Status ParameterServerImpl::CopyState(const CheckpointRequest& req, PartFi
     table->rows->Export(&r);
     table->applied.Export(&r.applied);
     r.table_def = table->def.SerializeAsString();
-    saw(r.version);
+    saw(r.version, r.applied);
+    rows += static_cast<int64_t>(r.keys.size());
   }
   resp->set_min_version(part->shards.empty() && part->tables.empty() ? 0 : min_version);
   resp->set_max_version(max_version);
+  resp->set_state_stamp(stamp);
+  resp->set_table_rows(rows);
   return absl::OkStatus();
 }
 
