@@ -130,6 +130,12 @@ TEST(CoordinatorRecoveryTest, WorkOfAnotherGenerationIsRefusedAndHeartbeatsAreAn
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
   ASSERT_TRUE(c.BeginGeneration(nullptr).ok());
+  // A rollback's generation is heartbeat once the job announced the workers (its parameters
+  // restored): a program's read before then would not find them.
+  absl::StatusOr<HeartbeatResponse> early = Beat(c, Task("worker", 0, 7, 2));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->generation(), 0u);
+  c.AnnounceWorkers({Task("worker", 0, 7)});
   struct Case {
     uint64_t generation;
     const char* says;

@@ -117,7 +117,7 @@ class Coordinator {
   // NextTask answers a new incarnation WAIT, since the PS would refuse its pushes (before the
   // first call, as in tests of the Coordinator alone, nothing is waited for). BeginGeneration
   // forgets them: the job announces the workers again once the new generation's parameters are
-  // in place.
+  // in place, and from then on heartbeats tell a rollback's generation (0 before).
   void AnnounceWorkers(const std::vector<Sender>& workers) ABSL_LOCKS_EXCLUDED(mu_);
   // Client programs: once every task is applied, NextTask answers WAIT rather than FINISHED
   // until FinishedSaved (a checkpoint holding the finished ledger is written), so that a
@@ -269,6 +269,9 @@ class Coordinator {
   uint64_t task_seed_ ABSL_GUARDED_BY(mu_) = 0;
   bool start_released_ ABSL_GUARDED_BY(mu_) = false;      // the start barrier let every worker in
   std::vector<uint64_t> announced_ ABSL_GUARDED_BY(mu_);  // by worker: the PS know it
+  // Heartbeats tell the generation (else 0): from a rollback's BeginGeneration to the
+  // AnnounceWorkers that follows its parameters' restore, they do not.
+  bool generation_open_ ABSL_GUARDED_BY(mu_) = true;
   bool hold_finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_saved_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> told_stop_ ABSL_GUARDED_BY(mu_);  // by worker

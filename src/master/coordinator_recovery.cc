@@ -77,6 +77,9 @@ absl::StatusOr<uint64_t> Coordinator::BeginGeneration(const nlohmann::json& ledg
   rollback_reason_.reset();
   finished_saved_ = false;
   std::fill(announced_.begin(), announced_.end(), 0);  // until the job announces them again
+  // A rollback's generation is heartbeat to the programs once its parameters are back: a read
+  // of theirs before then would find a PS without them, or with their initial values.
+  generation_open_ = generation_ == 0;
   generation_ = std::max(generation_, above) + 1;
   spdlog::info("generation {} starts, from {}", generation_,
                ledger.is_null() ? std::string("a fresh ledger")

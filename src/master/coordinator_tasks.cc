@@ -49,6 +49,7 @@ void Coordinator::SetTaskSeed(uint64_t job_seed) {
 
 void Coordinator::AnnounceWorkers(const std::vector<Sender>& workers) {
   absl::MutexLock lock(&mu_);
+  generation_open_ = true;
   announced_.resize(workers_.size(), 0);
   for (const Sender& w : workers) {
     // An unregistered worker (incarnation 0) has nothing to announce.
@@ -172,7 +173,7 @@ absl::Status Coordinator::Heartbeat(const HeartbeatRequest& req, HeartbeatRespon
   }
   resp->set_stop(stop_);
   if (stop_) told_stop_[s.task()] = true;
-  resp->set_generation(generation_);
+  resp->set_generation(generation_open_ ? generation_ : 0);
   if (ledger_) resp->set_heartbeat_interval_s(absl::ToDoubleSeconds(heartbeat_interval_));
   return absl::OkStatus();
 }
