@@ -330,8 +330,8 @@ TEST_F(CheckpointLedgerTest, ALedgerTaskTheCutLacksIsRewrittenAsPendingAtLoad) {
 }
 
 // In async mode a checkpoint's step is its largest version: a shard below it can move while the
-// step stays. A save then writes that step again (the earlier checkpoint kept aside until the new
-// one is whole); with nothing moved, the ledger alone goes into the manifest even though the
+// step stays. A save then writes that step again (beside the earlier checkpoint, swapped in once
+// whole); with nothing moved, the ledger alone goes into the manifest even though the
 // versions differ (the last TaskDone of a job). After a restore the step is written again.
 TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) {
   std::unique_ptr<Coordinator> tasks = StartTasks();
@@ -360,7 +360,7 @@ TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) 
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(shard_version(*again, 1), 1u);
   EXPECT_EQ(again->ledger["note"], 3);
-  EXPECT_FALSE(std::filesystem::exists(path + ".replaced"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".next"));
   EXPECT_EQ(ListCheckpoints(dir_ + "/ckpt").size(), 1u);
 
   manager->SetRestoredStep(2);  // restored PS: no stamps to compare, the step is written again

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kFormat[] = "pstrain-checkpoint";
-constexpr char kManifest[] = "manifest.json";
+constexpr const char* kManifest = kManifestName;
 
 }  // namespace
 

@@ -14,6 +14,9 @@
 
 namespace pstrain {
 
+// The file whose presence makes a ckpt-<step> directory a checkpoint.
+inline constexpr char kManifestName[] = "manifest.json";
+
 // What a checkpoint says of the model: each variable's name and full shape, each table's name
 // and dim, in the model's order.
 struct ModelSignature {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -41,6 +42,24 @@ std::vector<absl::Status> OnEveryPs(size_t n, const std::function<absl::Status(i
   return out;
 }
 
+// Puts the whole checkpoint `next` in the place of `dir` in one step (renameat2's
+// RENAME_EXCHANGE: `dir` is never missing), then removes what was `dir`. On a failure `dir` is
+// as it was.
+absl::Status SwapIn(const std::string& next, const std::string& dir) {
+  if (::renameat2(AT_FDCWD, next.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+    return absl::InternalError(
+        absl::StrCat("replacing ", dir, " by ", next, ": ", std::strerror(errno)));
+  }
+  const std::string parent = fs::path(dir).parent_path().string();
+  if (const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  std::error_code ec;
+  fs::remove_all(next, ec);  // the checkpoint replaced
+  return absl::OkStatus();
+}
+
 absl::Status FirstError(const std::vector<absl::Status>& all) {
   for (const absl::Status& s : all) {
     if (!s.ok()) return s;
@@ -61,7 +80,9 @@ struct CheckpointManager::Cut {
   // the state is that checkpoint's.
   std::vector<std::pair<uint64_t, int64_t>> stamps;
   bool same_state = false;
-  std::string replaced;  // an earlier checkpoint of this step, moved aside until this one is whole
+  // An earlier checkpoint of this step that this one replaces: `dir` is then <it>.next, swapped
+  // with it once whole.
+  std::string replaces;
   ModelSignature signature;  // what the frozen PS held: a parameter created later is not in it
 };
 
@@ -141,6 +162,9 @@ void CheckpointManager::SetLedgerSource(std::function<nlohmann::json()> ledger_a
 }
 
 void CheckpointManager::SetRestoredStep(int64_t step) {
+  // A write of the generation before must not set the stamps after this.
+  absl::MutexLock save(&save_mu_);
+  JoinWriter();
   absl::MutexLock lock(&mu_);
   last_step_ = step;
   last_trigger_step_ = step;
@@ -208,22 +232,18 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
     if (!s.ok()) {
       std::error_code ec;
       fs::remove_all(c.dir, ec);
-      PutBack(c);
       return failed(s);
     }
-    if (!c.replaced.empty()) {
-      std::error_code ec;
-      fs::remove_all(c.replaced, ec);
-    }
-    last_path_ = c.dir;
+    const std::string path = c.replaces.empty() ? c.dir : c.replaces;
+    last_path_ = path;
     last_step_ = c.step;
     last_uniform_ = c.uniform;
     last_stamps_ = c.stamps;
-    return c.dir;
+    return path;
   };
   if (wait) return finish();
   writer_ = std::thread([finish] { finish().IgnoreError(); });
-  return cut->dir;
+  return cut->replaces.empty() ? cut->dir : cut->replaces;
 }
 
 absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
@@ -317,19 +337,17 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
     }
     cut.dir = absl::StrCat(options_.dir, "/ckpt-", cut.step);
     std::error_code ec;
-    if (cut.step == last_step && fs::exists(cut.dir, ec)) {
-      // Async: a shard below the largest version moved since the checkpoint of this step. That
-      // one stays whole aside until this one is.
-      cut.replaced = cut.dir + ".replaced";
-      fs::remove_all(cut.replaced, ec);
-      fs::rename(cut.dir, cut.replaced, ec);
-      if (ec) cut.replaced.clear();
+    if (fs::exists(absl::StrCat(cut.dir, "/", kManifestName), ec)) {
+      // Async: a shard below the largest version moved since the checkpoint of this step. The
+      // new one is written beside it and swapped in whole (Finish), so a checkpoint of this
+      // step is always there to restore.
+      cut.replaces = cut.dir;
+      cut.dir += ".next";
     }
     fs::remove_all(cut.dir, ec);  // a failed earlier attempt at this step
     fs::create_directories(cut.dir, ec);
     if (ec) {
       phase_all(CheckpointRequest::ABORT, "");
-      PutBack(cut);
       return absl::PermissionDeniedError(absl::StrCat("creating ", cut.dir, ": ", ec.message()));
     }
     absl::Status released = FirstError(phase_all(CheckpointRequest::RELEASE, cut.dir));
@@ -339,22 +357,11 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       last_pause_ = pause;
       last_snapshot_bytes_ = bytes;
     }
-    if (!released.ok()) {
-      PutBack(cut);
-      return released;
-    }
+    if (!released.ok()) return released;
     spdlog::info("checkpoint at step {}: {} copied in memory, pushes paused {}", cut.step,
                  HumanBytes(bytes), absl::FormatDuration(pause));
     return cut;
   }
-}
-
-void CheckpointManager::PutBack(const Cut& cut) {
-  if (cut.replaced.empty()) return;
-  std::error_code ec;
-  fs::remove_all(cut.dir, ec);
-  fs::rename(cut.replaced, cut.dir, ec);
-  if (ec) spdlog::warn("could not put back the checkpoint {}: {}", cut.dir, ec.message());
 }
 
 void CheckpointManager::UpdateLedger(const std::string& previous, const Cut& cut) {
@@ -407,8 +414,11 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
     total += files[t].bytes;
   }
   if (absl::Status s = WriteManifest(cut.dir, m); !s.ok()) return s;
-  spdlog::info("checkpoint {} saved: {} in {}", cut.dir, HumanBytes(total),
-               absl::FormatDuration(absl::Now() - start));
+  if (!cut.replaces.empty()) {
+    if (absl::Status s = SwapIn(cut.dir, cut.replaces); !s.ok()) return s;
+  }
+  spdlog::info("checkpoint {} saved: {} in {}", cut.replaces.empty() ? cut.dir : cut.replaces,
+               HumanBytes(total), absl::FormatDuration(absl::Now() - start));
   RemoveOldCheckpoints(options_.dir, options_.keep);
   return absl::OkStatus();
 }

@@ -88,8 +88,6 @@ class CheckpointManager {
   // manifest gets the cut's ledger if that differs (the ledger went on without a push, as the
   // last TaskDone does).
   void UpdateLedger(const std::string& previous, const Cut& cut);
-  // A failed cut's directory removed and the checkpoint it replaced put back.
-  void PutBack(const Cut& cut);
   // Waits for the writes of `cut`, writes the manifest, removes old checkpoints.
   absl::Status Finish(const Cut& cut);
   // TakeCut, then Finish in the background (`wait`: in this thread).
