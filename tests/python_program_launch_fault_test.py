@@ -206,9 +206,6 @@ client.done()
 """
 
 
-# Known defect (docs/recovery.md, Limits): with the chief killed in the middle of training, a
-# few table rows are counted once too often in about one run of three. The case stays, so that
-# it shows when the defect is fixed; it may fail meanwhile.
 @pytest.mark.parametrize("victim", ["worker", "ps", "chief", "chief_at_end", "ps_at_end"])
 def test_an_embedding_program_counts_every_row_once(tmp_path, victim):
     """A PyTorch program with a pstrain.torch.Embedding and a dense parameter that count the

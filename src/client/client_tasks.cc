@@ -48,9 +48,19 @@ absl::Status Client::Impl::JoinTasks() {
   HeartbeatRequest req;
   *req.mutable_sender() = sender_;
   HeartbeatResponse resp;
-  absl::Status s =
-      FromGrpcStatus(master_->Heartbeat(Context().get(), req, &resp), "Heartbeat", chief_);
-  if (!s.ok()) return s;
+  // With tasks (a heartbeat interval), generation 0 is a rollback restoring the parameters:
+  // the program starts in the generation that follows.
+  const absl::Time until = absl::Now() + options_.timeout;
+  for (;;) {
+    absl::Status s =
+        FromGrpcStatus(master_->Heartbeat(Context().get(), req, &resp), "Heartbeat", chief_);
+    if (!s.ok()) return s;
+    if (resp.generation() != 0 || resp.heartbeat_interval_s() <= 0 || resp.stop() ||
+        absl::Now() > until) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   sender_.set_generation(resp.generation());
   const double interval = resp.heartbeat_interval_s();
   if (std::isfinite(interval) && interval > 0) {
@@ -132,7 +142,7 @@ absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
   const bool ps_lost = absl::IsNotFound(s) || absl::IsUnavailable(s) ||
                        absl::IsDeadlineExceeded(s) || absl::IsFailedPrecondition(s) ||
                        absl::IsAborted(s) || absl::IsCancelled(s);
-  const absl::Time until = absl::Now() + (ps_lost ? options_.timeout : absl::ZeroDuration());
+  absl::Time until = absl::Now() + (ps_lost ? options_.timeout : absl::ZeroDuration());
   for (absl::Duration pause = absl::Milliseconds(20);; pause = std::min(2 * pause, kLongestWait)) {
     const std::optional<HeartbeatResponse> resp = Beat(sender_, options_.timeout);
     // A restarted chief runs no generation (0) until it has reset the PS.
@@ -142,6 +152,11 @@ absl::Status Client::Impl::AbandonIfRolledBack(absl::Status s) {
       next_generation_ = resp->generation();
       task_.reset();
       return absl::OkStatus();
+    }
+    // Generation 0: a rollback is restoring the parameters (or a restarted chief resetting the
+    // PS), which a large checkpoint makes long. Waited for while the chief answers.
+    if (ps_lost && resp && resp->generation() == 0) {
+      until = std::max(until, absl::Now() + options_.timeout);
     }
     if ((resp && resp->stop()) || absl::Now() + pause > until) return s;
     absl::SleepFor(pause);
