@@ -18,7 +18,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kFormat[] = "pstrain-checkpoint";
-constexpr const char* kManifest = kManifestName;
 
 }  // namespace
 
@@ -43,7 +42,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
     j["tables"].push_back({{"name", name}, {"dim", dim}});
   }
   if (!m.ledger.is_null()) j["ledger"] = m.ledger;
-  return WriteFileAtomically(dir + "/" + kManifest, j.dump(2) + "\n");
+  return WriteFileAtomically(dir + "/" + kManifestName, j.dump(2) + "\n");
 }
 
 namespace {
@@ -213,7 +212,7 @@ absl::Status ParseManifest(const Fields& f, const nlohmann::json& j, Manifest* m
 }  // namespace
 
 absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifest;
+  const std::string path = dir + "/" + kManifestName;
   absl::StatusOr<std::string> text = ReadCheckpointFile(path, kMaxManifestBytes);
   if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(path, " does not exist"));
@@ -255,7 +254,7 @@ void RemoveOldCheckpoints(const std::string& root, int keep) {
   int kept = 0;
   for (const auto& [step, dir] : ListCheckpoints(root)) {
     std::error_code ec;
-    if (fs::exists(dir + "/" + kManifest, ec) && kept < keep) {
+    if (fs::exists(dir + "/" + kManifestName, ec) && kept < keep) {
       ++kept;
       continue;
     }

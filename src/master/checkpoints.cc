@@ -73,17 +73,19 @@ struct CheckpointManager::Cut {
   uint64_t seq = 0;
   int64_t step = 0;
   std::string dir;
-  nlohmann::json ledger;   // the chief's ledger while every PS was frozen
-  bool unchanged = false;  // the PS are at the last checkpoint's step: nothing was written
-  bool uniform = false;    // every shard and table at one version
+  nlohmann::json ledger;  // the chief's ledger while every PS was frozen
+  // The PS are in the last checkpoint's state (its step and its stamps): nothing was written.
+  bool unchanged = false;
   // Per PS its state stamp and table rows (CheckpointResponse): equal to the last checkpoint's,
   // the state is that checkpoint's.
   std::vector<std::pair<uint64_t, int64_t>> stamps;
-  bool same_state = false;
   // An earlier checkpoint of this step that this one replaces: `dir` is then <it>.next, swapped
   // with it once whole.
   std::string replaces;
   ModelSignature signature;  // what the frozen PS held: a parameter created later is not in it
+
+  // Where the checkpoint is once written.
+  const std::string& path() const { return replaces.empty() ? dir : replaces; }
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
@@ -234,16 +236,14 @@ absl::StatusOr<std::string> CheckpointManager::Save(bool wait) {
       fs::remove_all(c.dir, ec);
       return failed(s);
     }
-    const std::string path = c.replaces.empty() ? c.dir : c.replaces;
-    last_path_ = path;
+    last_path_ = c.path();
     last_step_ = c.step;
-    last_uniform_ = c.uniform;
     last_stamps_ = c.stamps;
-    return path;
+    return c.path();
   };
   if (wait) return finish();
   writer_ = std::thread([finish] { finish().IgnoreError(); });
-  return cut->replaces.empty() ? cut->dir : cut->replaces;
+  return cut->path();
 }
 
 absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
@@ -325,12 +325,10 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
                                                  " attempts (versions ", lo, " to ", hi, ")"));
     }
     cut.step = static_cast<int64_t>(hi);
-    cut.uniform = lo == hi;
     if (ledger_source) cut.ledger = ledger_source();  // every PS is frozen at the cut
     // After a restore there are no stamps to compare: the state may have moved (a redone
     // batch applied on a part that lacked it) without its largest version.
-    cut.same_state = !last_stamps.empty() && cut.stamps == last_stamps;
-    if (cut.step == last_step && cut.same_state) {
+    if (cut.step == last_step && !last_stamps.empty() && cut.stamps == last_stamps) {
       phase_all(CheckpointRequest::ABORT, "");
       cut.unchanged = true;
       return cut;
@@ -367,7 +365,7 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
 void CheckpointManager::UpdateLedger(const std::string& previous, const Cut& cut) {
   {
     absl::MutexLock lock(&mu_);
-    if (!(last_uniform_ || cut.same_state) || previous != last_path_) return;
+    if (previous != last_path_) return;
   }
   if (previous.empty() || cut.ledger.is_null()) return;
   absl::StatusOr<Manifest> m = ReadManifest(previous);
@@ -417,8 +415,8 @@ absl::Status CheckpointManager::Finish(const Cut& cut) {
   if (!cut.replaces.empty()) {
     if (absl::Status s = SwapIn(cut.dir, cut.replaces); !s.ok()) return s;
   }
-  spdlog::info("checkpoint {} saved: {} in {}", cut.replaces.empty() ? cut.dir : cut.replaces,
-               HumanBytes(total), absl::FormatDuration(absl::Now() - start));
+  spdlog::info("checkpoint {} saved: {} in {}", cut.path(), HumanBytes(total),
+               absl::FormatDuration(absl::Now() - start));
   RemoveOldCheckpoints(options_.dir, options_.keep);
   return absl::OkStatus();
 }

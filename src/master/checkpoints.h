@@ -83,8 +83,7 @@ class CheckpointManager {
   // Freezes every PS, checks the versions (sync: all equal, else retries), releases them: the
   // checkpoint's step and directory, or an error (every PS released).
   absl::StatusOr<Cut> TakeCut();
-  // The PS are at the step of the checkpoint `previous`: if that one's cut had every shard and
-  // table at that one version, or the same state stamps (so the state is the same now), its
+  // The PS are in the state of the checkpoint `previous` (the same step and state stamps): its
   // manifest gets the cut's ledger if that differs (the ledger went on without a push, as the
   // last TaskDone does).
   void UpdateLedger(const std::string& previous, const Cut& cut);
@@ -101,8 +100,7 @@ class CheckpointManager {
   mutable absl::Mutex mu_;
   std::vector<Placement> placement_ ABSL_GUARDED_BY(mu_);
   ModelSignature signature_ ABSL_GUARDED_BY(mu_);
-  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;     // of the last checkpoint saved or restored
-  bool last_uniform_ ABSL_GUARDED_BY(mu_) = false;  // its cut had one version everywhere
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = -1;  // of the last checkpoint saved or restored
   // Its cut's state stamps per PS; empty after a restore.
   std::vector<std::pair<uint64_t, int64_t>> last_stamps_ ABSL_GUARDED_BY(mu_);
   int64_t last_trigger_step_ ABSL_GUARDED_BY(mu_) = 0;  // the job's step at the last save
