@@ -38,7 +38,16 @@ class ExternalCluster {
         PSTRAIN_BINARY,      "server", "--job", "chief", "--model", "external",
         "--connect_timeout", "60"};
     argv.insert(argv.end(), chief_flags.begin(), chief_flags.end());
-    chief_ = testing::Start(argv, Env("chief", 0));
+    chief_argv_ = argv;
+    chief_ = testing::Start(chief_argv_, Env("chief", 0));
+  }
+
+  // Kills the chief (SIGKILL) and starts it again at its address with the same flags, as a
+  // supervisor restarts a chief that died.
+  void RestartChief() {
+    kill(chief_.pid, SIGKILL);
+    (void)Wait(chief_, 30);
+    chief_ = testing::Start(chief_argv_, Env("chief", 0));
   }
 
   // The environment of task `index` of job `type`: TF_CONFIG and the tag.
@@ -67,6 +76,7 @@ class ExternalCluster {
   const int num_ps_;
   const std::vector<int> ports_;
   std::string cluster_;
+  std::vector<std::string> chief_argv_;
   Proc chief_;
   std::vector<Proc> ps_;
 };

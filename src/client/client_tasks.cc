@@ -272,6 +272,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
       // Rolled back while this worker waited for a task: ask the new generation.
       if (absl::Status a = AbandonIfRolledBack(s); !a.ok()) return a;
       if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
+      paused = false;  // the PS of the new generation hold this worker in their steps again
       continue;
     }
     if (resp.kind() == NextTaskResponse::FINISHED) {
