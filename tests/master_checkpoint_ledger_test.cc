@@ -335,7 +335,6 @@ TEST_F(CheckpointLedgerTest, ALedgerTaskTheCutLacksIsRewrittenAsPendingAtLoad) {
 // versions differ (the last TaskDone of a job). After a restore the step is written again.
 TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) {
   std::unique_ptr<Coordinator> tasks = StartTasks();
-  Coordinator& c = *tasks;
   auto manager = Checkpoints(10);
   nlohmann::json ledger = {{"note", 1}};
   manager->SetLedgerSource([&ledger] { return ledger; });
@@ -368,6 +367,18 @@ TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) 
   EXPECT_EQ(*manager->SaveAndWait(), path);
   EXPECT_EQ(ReadManifest(path)->ledger["note"], 4);
   EXPECT_EQ(shard_version(*LoadCheckpoint(path), 1), 1u);
+
+  // A rewrite cut off by the chief's death leaves <path>.next beside the checkpoint: the next
+  // chief of the directory removes it, and the checkpoint stays as it was.
+  manager.reset();
+  std::filesystem::create_directories(path + ".next");
+  std::ofstream(path + ".next/ps-0.ckpt") << "cut off";
+  std::ofstream(dir_ + "/ckpt/notes.next") << "the user's";
+  manager = Checkpoints(10);
+  EXPECT_FALSE(std::filesystem::exists(path + ".next"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/notes.next"));
+  EXPECT_EQ(ReadManifest(path)->ledger["note"], 4);
+  EXPECT_EQ(ListCheckpoints(dir_ + "/ckpt").size(), 1u);
 }
 
 }  // namespace
