@@ -373,10 +373,18 @@ TEST_F(CheckpointLedgerTest, AShardBelowTheStepThatMovedIsSavedAgainAtThatStep) 
   manager.reset();
   std::filesystem::create_directories(path + ".next");
   std::ofstream(path + ".next/ps-0.ckpt") << "cut off";
+  // What is not a real ckpt-<digits>.next directory is not the chief's: left alone.
   std::ofstream(dir_ + "/ckpt/notes.next") << "the user's";
+  std::filesystem::create_directories(dir_ + "/ckpt/ckpt-x.next");
+  std::filesystem::create_directories(dir_ + "/elsewhere");
+  std::ofstream(dir_ + "/elsewhere/keep") << "the user's";
+  std::filesystem::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/ckpt/ckpt-7.next");
   manager = Checkpoints(10);
   EXPECT_FALSE(std::filesystem::exists(path + ".next"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/notes.next"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/ckpt-x.next"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ + "/ckpt/ckpt-7.next"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/elsewhere/keep"));
   EXPECT_EQ(ReadManifest(path)->ledger["note"], 4);
   EXPECT_EQ(ListCheckpoints(dir_ + "/ckpt").size(), 1u);
 }

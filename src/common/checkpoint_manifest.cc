@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/limits.h"
 #include "common/tensor.h"
 #include "nlohmann/json.hpp"
@@ -233,21 +234,47 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
   return m;
 }
 
+namespace {
+
+// The step of a real directory (a symbolic link could lead out of the root) named
+// ckpt-<digits><suffix>, or nullopt.
+std::optional<int64_t> CheckpointStep(const fs::directory_entry& e, absl::string_view suffix) {
+  std::error_code ec;
+  if (!e.is_directory(ec) || e.is_symlink(ec)) return std::nullopt;
+  absl::string_view name = e.path().filename().native();
+  if (!absl::ConsumePrefix(&name, "ckpt-") || !absl::ConsumeSuffix(&name, suffix)) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  if (name.empty() || name.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(name, &step)) {
+    return std::nullopt;
+  }
+  return step;
+}
+
+}  // namespace
+
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    int64_t step = 0;
-    // A real directory named ckpt-<digits>: a symbolic link could lead out of the root.
-    if (e.is_directory(ec) && !e.is_symlink(ec) && name.rfind("ckpt-", 0) == 0 && name.size() > 5 &&
-        name.find_first_not_of("0123456789", 5) == std::string::npos &&
-        absl::SimpleAtoi(name.substr(5), &step)) {
-      out.emplace_back(step, e.path().string());
+    if (std::optional<int64_t> step = CheckpointStep(e, ""); step.has_value()) {
+      out.emplace_back(*step, e.path().string());
     }
   }
   std::sort(out.rbegin(), out.rend());
   return out;
+}
+
+void RemoveUnfinishedRewrites(const std::string& root) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    if (!CheckpointStep(e, kRewriteSuffix).has_value()) continue;
+    std::error_code removed;
+    fs::remove_all(e.path(), removed);
+    if (removed) spdlog::warn("could not remove {}: {}", e.path().string(), removed.message());
+  }
 }
 
 void RemoveOldCheckpoints(const std::string& root, int keep) {

@@ -40,6 +40,13 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir);
 
 // The ckpt-<step> directories under `root`, newest first (with or without a manifest).
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& root);
+// The suffix of a rewrite of a checkpoint's step in progress: ckpt-<step>.next is written beside
+// ckpt-<step> and swapped with it whole.
+inline constexpr char kRewriteSuffix[] = ".next";
+// Removes every ckpt-<step>.next under `root` (a real directory, not a link): a rewrite its
+// chief did not finish, beside the checkpoint it was to replace, which is whole (before the
+// swap, or after it the replaced one). Another name, such as ckpt-x.next, is left alone.
+void RemoveUnfinishedRewrites(const std::string& root);
 // Keeps the newest `keep` checkpoints with a manifest under `root` and removes the others, and
 // every directory without a manifest (a save that failed or was cut short).
 void RemoveOldCheckpoints(const std::string& root, int keep);

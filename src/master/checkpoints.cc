@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <functional>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_manifest.h"
@@ -115,17 +114,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Create(
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
     spdlog::warn("could not write this chief's pid into {}", lock);
   }
-  // A rewrite of a step that the directory's last chief did not finish left ckpt-<step>.next
-  // beside the checkpoint it was to replace, which is whole (before the swap, or after it the
-  // replaced one): neither listed nor restored, it is removed.
-  for (const fs::directory_entry& e : fs::directory_iterator(options.dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, ".next")) {
-      std::error_code removed;
-      fs::remove_all(e.path(), removed);
-      if (removed) spdlog::warn("could not remove {}: {}", e.path().string(), removed.message());
-    }
-  }
+  RemoveUnfinishedRewrites(options.dir);
   return std::unique_ptr<CheckpointManager>(new CheckpointManager(options, ps_addresses, fd));
 }
 
@@ -352,7 +341,7 @@ absl::StatusOr<CheckpointManager::Cut> CheckpointManager::TakeCut() {
       // new one is written beside it and swapped in whole (Finish), so a checkpoint of this
       // step is always there to restore.
       cut.replaces = cut.dir;
-      cut.dir += ".next";
+      cut.dir += kRewriteSuffix;
     }
     fs::remove_all(cut.dir, ec);  // a failed earlier attempt at this step
     fs::create_directories(cut.dir, ec);
