@@ -15,7 +15,6 @@
 #include "ps/ps.h"
 #include "ps_testing.h"
 #include "transport/transport.h"
-#include "transport/ucx.h"
 
 namespace pstrain {
 namespace {
@@ -24,49 +23,50 @@ using ps_testing::Worker;
 
 constexpr double kLr = 0.5;
 
-// A PS serving gRPC on 127.0.0.1, and the transport's own server when it has one.
+// A PS as the pstrain command assembles it, serving gRPC on 127.0.0.1, and the transport's own
+// server when it has one.
 class Ps {
  public:
   Ps(const std::string& transport, const ConfigureRequest* config = nullptr) {
-    ps_ = ps_testing::MakePs(config);
-    service_ = MakeParameterServerService(ps_.get(), nullptr);
-    int port = 0;
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartGrpcServer("127.0.0.1:0", {service_.get()}, &port);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (server.ok()) server_ = *std::move(server);
-    address_ = "127.0.0.1:" + std::to_string(port);
-    if (transport == "ucx") {
-      handler_ = MakeDataHandler(ps_.get());
-      absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(handler_.get());
-      EXPECT_TRUE(ucx.ok()) << ucx.status();
-      if (!ucx.ok()) return;
-      ucx_ = *std::move(ucx);
-      ps_->SetDataPlane(ucx_->data_plane());
+    absl::StatusOr<std::unique_ptr<PsServer>> created =
+        PsServer::Create({.task = 0,
+                          .name = "ps:0",
+                          .transport = transport == "ucx" ? "ucx" : "grpc",
+                          .on_shutdown = nullptr});
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return;
+    server_ = *std::move(created);
+    ps()->ExpectChief(ps_testing::Chief().incarnation());
+    if (config != nullptr) {
+      ConfigureResponse resp;
+      absl::Status s = ps()->Configure(*config, &resp);
+      EXPECT_TRUE(s.ok()) << s;
     }
+    int port = 0;
+    absl::StatusOr<std::unique_ptr<grpc::Server>> grpc_server =
+        StartGrpcServer("127.0.0.1:0", server_->services(), &port);
+    EXPECT_TRUE(grpc_server.ok()) << grpc_server.status();
+    if (grpc_server.ok()) grpc_server_ = *std::move(grpc_server);
+    address_ = "127.0.0.1:" + std::to_string(port);
   }
   ~Ps() {
-    if (ucx_) ucx_->Stop();
-    ps_->Stop();
-    if (server_) server_->Shutdown();
+    if (server_) server_->Stop();
+    if (grpc_server_) grpc_server_->Shutdown();
   }
   // Creates variable `name` holding `init`, updated by SGD at kLr.
   void Create(const std::string& name, const Tensor& init) {
     CreateVariablesRequest req = ps_testing::CreateReq(name, init);
     req.mutable_variables(0)->mutable_optimizer()->set_learning_rate(kLr);
     CreateVariablesResponse resp;
-    absl::Status s = ps_->CreateVariables(req, &resp);
+    absl::Status s = ps()->CreateVariables(req, &resp);
     EXPECT_TRUE(s.ok()) << s;
   }
   const std::string& address() const { return address_; }
-  ParameterServer* ps() { return ps_.get(); }
+  ParameterServer* ps() { return server_->ps(); }
 
  private:
-  std::unique_ptr<ParameterServer> ps_;
-  std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<DataHandler> handler_;
-  std::unique_ptr<UcxServer> ucx_;
+  std::unique_ptr<PsServer> server_;
+  std::unique_ptr<grpc::Server> grpc_server_;
   std::string address_;
 };
 

@@ -169,9 +169,9 @@ TEST(UcxTransport, APsWithoutUcxIsAFailedPrecondition) {
 }
 
 // What a PS on another host announces: a worker address, and a host that is not this one.
-DataPlaneResponse OnAnotherHost(const UcxServer& server) {
+DataPlaneResponse OnAnotherHost(const DataPlaneResponse& served) {
   std::string host, worker;
-  EXPECT_TRUE(DecodeUcxAddress(server.data_plane().ucx_address(), &host, &worker).ok());
+  EXPECT_TRUE(DecodeUcxAddress(served.ucx_address(), &host, &worker).ok());
   DataPlaneResponse info;
   info.set_ucx_address(EncodeUcxAddress("00000000-0000-0000-0000-000000000000", worker));
   return info;
@@ -180,7 +180,7 @@ DataPlaneResponse OnAnotherHost(const UcxServer& server) {
 TEST(UcxTransport, APsOnAnotherHostIsRefusedNamingWhy) {
   LocalPs ps;
   ASSERT_TRUE(ps.status.ok()) << ps.status;
-  ps.ps->SetDataPlane(OnAnotherHost(*ps.ucx_server));
+  ps.ps->SetDataPlane(OnAnotherHost(ps.served));
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kFailedPrecondition) << ch.status();
   EXPECT_THAT(ch.status().message(), HasSubstr(ps.address));
@@ -190,7 +190,7 @@ TEST(UcxTransport, APsOnAnotherHostIsRefusedNamingWhy) {
 TEST(UcxTransport, AStoppedUcxServerIsUnavailable) {
   LocalPs ps(/*ucx=*/false);
   ASSERT_TRUE(ps.status.ok()) << ps.status;
-  std::unique_ptr<DataHandler> handler = MakeDataHandler(ps.ps.get());
+  std::unique_ptr<DataHandler> handler = MakeDataHandler(ps.ps);
   absl::StatusOr<std::unique_ptr<UcxServer>> gone = UcxServer::Start(handler.get());
   ASSERT_TRUE(gone.ok()) << gone.status();
   ps.ps->SetDataPlane((*gone)->data_plane());
@@ -206,14 +206,13 @@ TEST(UcxTransport, AStoppedUcxServerIsUnavailable) {
 TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrOnAnotherHost) {
   LocalPs ps;
   ASSERT_TRUE(ps.status.ok()) << ps.status;
-  const DataPlaneResponse served = ps.ucx_server->data_plane();
   ps.ps->SetDataPlane(DataPlaneResponse());
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeDataChannel("auto", ps.address);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_STREQ((*ch)->name(), "grpc");
   EXPECT_EQ(MakeDataChannel("ucx", ps.address).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  ps.ps->SetDataPlane(OnAnotherHost(*ps.ucx_server));
+  ps.ps->SetDataPlane(OnAnotherHost(ps.served));
   ch = MakeDataChannel("auto", ps.address);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_STREQ((*ch)->name(), "grpc");
@@ -228,7 +227,7 @@ TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrOnAnotherHost) {
   absl::Status s = MakeDataChannel("ucx", ps.address).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("127.0.0.1:1"));
-  ps.ps->SetDataPlane(served);
+  ps.ps->SetDataPlane(ps.served);
   ch = MakeDataChannel("auto", ps.address);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_STREQ((*ch)->name(), "ucx");

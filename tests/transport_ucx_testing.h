@@ -30,23 +30,12 @@ inline const Sender& Chief() {
   return *s;
 }
 
-// One PS task: gRPC (for DataPlane) on 127.0.0.1 and, with `ucx`, a UCX server.
+// One PS task as the pstrain command assembles it: gRPC (for DataPlane) on 127.0.0.1 and, with
+// `ucx`, a UCX server.
 struct LocalPs : ps_testing::LocalPs {
   explicit LocalPs(bool ucx = true, const std::string& mode = "async")
-      : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1)) {
-    handler = MakeDataHandler(ps.get());
-    if (ucx && status.ok()) {
-      absl::StatusOr<std::unique_ptr<UcxServer>> started = UcxServer::Start(handler.get());
-      status = started.status();
-      if (status.ok()) {
-        ucx_server = *std::move(started);
-        ps->SetDataPlane(ucx_server->data_plane());
-      }
-    }
-  }
-  ~LocalPs() {
-    ps->Stop();
-    if (ucx_server != nullptr) ucx_server->Stop();
+      : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1), 0, ucx ? "ucx" : "grpc") {
+    if (status.ok()) served = ps->DataPlane();
   }
   // Creates `name` with `init` and SGD at `lr`.
   void Create(const std::string& name, const Tensor& init, double lr) {
@@ -63,11 +52,11 @@ struct LocalPs : ps_testing::LocalPs {
   }
   // The variable's value read from the PS directly.
   std::vector<float> Value(const std::string& name) {
-    return ps_testing::PullAsChief(ps.get(), name, Chief()).values;
+    return ps_testing::PullAsChief(ps, name, Chief()).values;
   }
 
-  std::unique_ptr<DataHandler> handler;
-  std::unique_ptr<UcxServer> ucx_server;
+  // What the PS announced at the start (its UCX server's address with `ucx`).
+  DataPlaneResponse served;
 };
 
 inline CallOptions Within(absl::Duration d) { return {.deadline = absl::Now() + d}; }

@@ -34,7 +34,7 @@ std::string Header(WireMethod method, size_t head_bytes, uint32_t magic = kWireM
 class RawClient {
  public:
   // Connects to the PS's worker and, with `hello`, says hello as connection kConn.
-  explicit RawClient(const UcxServer& server, bool hello = true) {
+  explicit RawClient(const DataPlaneResponse& served, bool hello = true) {
     worker_ = *UcxWorker::Create("raw-client");
     ucp_am_handler_param_t am = {};
     am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -58,7 +58,7 @@ class RawClient {
     EXPECT_EQ(ucp_worker_set_am_recv_handler(worker_->worker(), &am), UCS_OK);
     worker_->Start([] {}, [] { return true; });
     std::string host, address;
-    EXPECT_TRUE(DecodeUcxAddress(server.data_plane().ucx_address(), &host, &address).ok());
+    EXPECT_TRUE(DecodeUcxAddress(served.ucx_address(), &host, &address).ok());
     worker_->Run([&] {
       ucp_ep_params_t p = {};
       p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -132,7 +132,7 @@ TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
   LocalPs ps;
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   ps.Create("w", Tensor(std::vector<int64_t>{4}, 1.0f), 1.0);
-  RawClient raw(*ps.ucx_server);
+  RawClient raw(ps.served);
   const std::string grad(16, '\x01');
   struct Case {
     std::string header, data, says;
@@ -169,7 +169,7 @@ TEST(UcxWire, NoRequestIsServedBeforeAHelloWithTheToken) {
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   ps.Create("w", Tensor(std::vector<int64_t>{4}, 1.0f), 1.0);
   SetSecurity({.token = "secret"});
-  RawClient raw(*ps.ucx_server, /*hello=*/false);
+  RawClient raw(ps.served, /*hello=*/false);
   const std::string head = PushHead(4);
   std::vector<float> ones(4, 1.0f);
   const std::string push = head + std::string(reinterpret_cast<const char*>(ones.data()), 16);
@@ -203,7 +203,7 @@ TEST(UcxWire, AClientGoneMidPushLeavesThePsServing) {
   const std::string head = PushHead(n);
   const std::string data = head + std::string(n * 4, '\0');
   {
-    RawClient raw(*ps.ucx_server);
+    RawClient raw(ps.served);
     raw.StartRendezvous(Header(WireMethod::kPush, head.size()), data);
   }  // closed by force at once
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);

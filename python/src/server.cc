@@ -12,9 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "bindings.h"
 #include "call_thread.h"
-#include "cli/training_flags.h"
 #include "errors.h"
 #include "runtime/runtime.h"
+#include "runtime/training_flags.h"
 #include "spdlog/spdlog.h"
 
 namespace py = pybind11;

@@ -234,4 +234,30 @@ std::unique_ptr<grpc::Service> MakeParameterServerService(ParameterServer* ps,
 // ps->AfterFreeze as the gRPC service's do.
 std::unique_ptr<DataHandler> MakeDataHandler(ParameterServer* ps);
 
+// A PS task's serving side in one piece, assembled the same way for the pstrain command, the
+// tests and the benchmarks: the ParameterServer, its gRPC service, and the data plane's server
+// end (one DataHandler behind the tensor stream service and, with UCX, a UCX server).
+struct PsServerOptions {
+  int task = 0;      // index in the "ps" job
+  std::string name;  // for messages: "ps:0"
+  // "grpc": the gRPC services only. "ucx": also a UCX server for the workers of this host, and
+  // an error naming UCX's reason if it cannot start. "auto": UCX when it starts, else one
+  // warning and gRPC.
+  std::string transport = "grpc";
+  ShutdownFn on_shutdown;  // the service's (may be null)
+};
+
+class PsServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsServer>> Create(const PsServerOptions& options);
+  // Stops (see Stop). The caller shuts its gRPC server down before destroying this.
+  virtual ~PsServer() = default;
+  // Owned here; valid until destruction.
+  virtual ParameterServer* ps() const = 0;
+  // The services to register on the task's gRPC server, owned here.
+  virtual std::vector<grpc::Service*> services() const = 0;
+  // Ends every waiting call (ParameterServer::Stop) and stops the UCX server. Idempotent.
+  virtual void Stop() = 0;
+};
+
 }  // namespace pstrain

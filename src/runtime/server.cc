@@ -17,8 +17,6 @@
 #include "runtime/status_page.h"
 #include "runtime/task_metrics.h"
 #include "spdlog/spdlog.h"
-#include "transport/grpc_stream.h"
-#include "transport/ucx.h"
 #include "worker/worker.h"
 
 namespace pstrain {
@@ -173,7 +171,7 @@ ShutdownFn RecordShutdown(const ServerOptions& o, std::shared_ptr<JobEnd> end) {
 // (--metrics_linger) with the final counters; the listener is stopped first.
 struct TaskHttp {
   JobMonitor monitor;
-  std::unique_ptr<ParameterServer> ps;
+  std::unique_ptr<PsServer> ps;
   std::unique_ptr<Worker> worker;
   std::unique_ptr<HttpListener> listener;
 
@@ -199,53 +197,22 @@ absl::Status SetTransport(const ServerOptions& o) {
   return absl::OkStatus();
 }
 
-// With --transport ucx or auto, a UCX server serving `data` to the workers of this host over
-// shared memory (it opens no socket), its worker address announced by the DataPlane RPC. Null
-// when the data plane is gRPC only; an error (for "ucx") naming UCX's reason when UCX cannot
-// start, which "auto" turns into one warning.
-absl::StatusOr<std::unique_ptr<UcxServer>> StartUcx(const ServerOptions& o, DataHandler* data,
-                                                    ParameterServer* ps) {
-  const std::string transport = GetTransportOptions().transport;
-  if (transport != "ucx" && transport != "auto") return nullptr;
-  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(data);
-  if (!ucx.ok()) {
-    if (transport == "ucx") {
-      return absl::Status(ucx.status().code(),
-                          absl::StrCat("--transport ucx: ", ucx.status().message()));
-    }
-    spdlog::warn("{}: UCX cannot start ({}); the data plane stays on gRPC", TaskName(o.job, o.task),
-                 ucx.status().ToString());
-    return nullptr;
-  }
-  ps->SetDataPlane((*ucx)->data_plane());
-  spdlog::info("{} serving UCX to the workers of its host (shared memory)",
-               TaskName(o.job, o.task));
-  return ucx;
-}
-
 absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp* http) {
-  absl::StatusOr<std::unique_ptr<ParameterServer>> created =
-      ParameterServer::Create({.task = o.task});
-  if (!created.ok()) return created.status();
-  ParameterServer* ps = (http->ps = *std::move(created)).get();
-  http->Serve({.task = TaskName(o.job, o.task), .ps = ps});
   auto end = std::make_shared<JobEnd>();
-  std::unique_ptr<grpc::Service> service = MakeParameterServerService(ps, RecordShutdown(o, end));
-  std::unique_ptr<DataHandler> data = MakeDataHandler(ps);
-  std::unique_ptr<grpc::Service> streams = MakeTensorStreamService(data.get());
-  std::vector<grpc::Service*> services = {service.get()};
-  if (streams != nullptr) services.push_back(streams.get());
-  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = StartUcx(o, data.get(), ps);
-  if (!ucx.ok()) return ucx.status();
+  absl::StatusOr<std::unique_ptr<PsServer>> created =
+      PsServer::Create({.task = o.task,
+                        .name = TaskName(o.job, o.task),
+                        .transport = GetTransportOptions().transport,
+                        .on_shutdown = RecordShutdown(o, end)});
+  if (!created.ok()) return created.status();
+  PsServer* server = (http->ps = *std::move(created)).get();
+  http->Serve({.task = TaskName(o.job, o.task), .ps = server->ps()});
   return Serve(
-      o, address, services, end.get(),
+      o, address, server->services(), end.get(),
       [&](const RegisterResponse& r) {
-        if (r.chief_incarnation() != 0) ps->ExpectChief(r.chief_incarnation());
+        if (r.chief_incarnation() != 0) server->ps()->ExpectChief(r.chief_incarnation());
       },
-      [&] {
-        ps->Stop();
-        if (*ucx != nullptr) (*ucx)->Stop();
-      });
+      [&] { server->Stop(); });
 }
 
 absl::Status RunWorker(const ServerOptions& o, const std::string& address, TaskHttp* http) {

@@ -7,7 +7,7 @@
 //                ParameterServer: ps/ps.h MakeDataHandler).
 // Implementations: "grpc" (grpc_data_channel.h: the tensors as gRPC slices over their own memory,
 // chunked streams past one message) and "ucx" (ucx.h: UCX, shared memory between processes of
-// one host only). MakeDataChannel picks one by name.
+// one host only). MakeDataChannel picks one by name; DataPlaneServer starts a PS's server ends.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +89,27 @@ class DataHandler {
   // push's head is checked against before its bytes are taken, so a head's claim cannot make the
   // server allocate more than the variable holds.
   virtual absl::StatusOr<int64_t> VariableBytes(const std::string& name) = 0;
+};
+
+// The data plane's server end of one PS task over `handler` (not owned; it outlives the server):
+// the services to register on the PS's gRPC server beside ParameterServerService (the tensor
+// streams) and, for "ucx" or "auto", a UCX server for the workers of this host.
+class DataPlaneServer {
+ public:
+  // `transport` as --transport: "grpc"; "ucx" (an error naming UCX's reason if it cannot
+  // start); "auto" (UCX if it starts, else one warning naming `task` and gRPC only).
+  // InvalidArgument for another name.
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(DataHandler* handler,
+                                                                const std::string& transport,
+                                                                const std::string& task);
+  // Stops (see Stop).
+  virtual ~DataPlaneServer() = default;
+  // Owned here; the gRPC server they are registered on is shut down before this is destroyed.
+  virtual std::vector<grpc::Service*> services() const = 0;
+  // What the PS's DataPlane RPC announces: the UCX server's address, or nothing on gRPC only.
+  virtual DataPlaneResponse data_plane() const = 0;
+  // Stops serving the carriers of its own (UCX); calls in flight end first. Idempotent.
+  virtual void Stop() = 0;
 };
 
 // Which transport the channels of this process use, and its settings. Set once at start from

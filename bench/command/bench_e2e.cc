@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 #include "data/data.h"
 #include "model/model.h"
 #include "ps/optimizer.h"

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 
 namespace pstrain::bench {
 namespace {

@@ -1,4 +1,6 @@
-// The training flags of `pstrain server` (chief) and `pstrain launch`, parsed into a JobConfig.
+// The training flags of `pstrain server` (chief), `pstrain launch` and the Python extension's
+// chief (pstrain.Server), parsed into a JobConfig. Public header of src/runtime beside
+// runtime.h, for the command line parsers of src/cli and python/src.
 #pragma once
 
 #include <optional>

@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 #include "client/ps_client.h"
 #include "common/rpc.h"
 #include "common/tensor_codec.h"

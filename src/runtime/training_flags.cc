@@ -1,4 +1,4 @@
-#include "cli/training_flags.h"
+#include "runtime/training_flags.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 #include "ps/embedding_table.h"
 #include "ps/optimizer.h"
 

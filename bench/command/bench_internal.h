@@ -1,5 +1,5 @@
-// Internal to `pstrain bench` (src/cli/bench*.cc): options, result tables, helper processes and
-// the sections' entry points. Every measurement is taken next to its baseline in the same run,
+// Internal to `pstrain bench` (bench/command/bench*.cc): options, result tables, helper processes
+// and the sections' entry points. Every measurement is taken next to its baseline in the same run,
 // repetitions interleaved, and reported as medians and their ratio.
 #pragma once
 

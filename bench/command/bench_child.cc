@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 
 namespace pstrain::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 
 namespace pstrain::bench {
 

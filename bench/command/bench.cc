@@ -1,4 +1,4 @@
-#include "cli/bench.h"
+#include "bench/command/bench.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "cli/bench_internal.h"
+#include "bench/command/bench_internal.h"
 
 namespace pstrain {
 namespace {

@@ -1,0 +1,55 @@
+// DataPlaneServer: the server ends of every carrier of one PS task (transport.h).
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "transport/grpc_stream.h"
+#include "transport/transport.h"
+#include "transport/ucx.h"
+
+namespace pstrain {
+namespace {
+
+class DataPlaneServerImpl : public DataPlaneServer {
+ public:
+  ~DataPlaneServerImpl() override { Stop(); }
+  std::vector<grpc::Service*> services() const override {
+    if (streams_ == nullptr) return {};
+    return {streams_.get()};
+  }
+  DataPlaneResponse data_plane() const override {
+    return ucx_ != nullptr ? ucx_->data_plane() : DataPlaneResponse();
+  }
+  void Stop() override {
+    if (ucx_ != nullptr) ucx_->Stop();
+  }
+
+  std::unique_ptr<grpc::Service> streams_;  // null while the stream service is not built
+  std::unique_ptr<UcxServer> ucx_;          // null on gRPC only
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
+    DataHandler* handler, const std::string& transport, const std::string& task) {
+  if (transport != "grpc" && transport != "ucx" && transport != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transport \"", transport, "\" is not one of grpc, ucx, auto"));
+  }
+  auto server = std::make_unique<DataPlaneServerImpl>();
+  server->streams_ = MakeTensorStreamService(handler);
+  if (transport == "grpc") return server;
+  absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(handler);
+  if (!ucx.ok()) {
+    if (transport == "ucx") {
+      return absl::Status(ucx.status().code(),
+                          absl::StrCat("--transport ucx: ", ucx.status().message()));
+    }
+    spdlog::warn("{}: UCX cannot start ({}); the data plane stays on gRPC", task,
+                 ucx.status().ToString());
+    return server;
+  }
+  server->ucx_ = *std::move(ucx);
+  spdlog::info("{} serving UCX to the workers of its host (shared memory)", task);
+  return server;
+}
+
+}  // namespace pstrain
