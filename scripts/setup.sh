@@ -7,8 +7,8 @@
 #   setup.sh test   also what the tests and benchmarks need: GoogleTest, Google Benchmark,
 #                   Fashion-MNIST, PyTorch (optimizer reference tests), pytest and
 #                   Python gRPC (the probe tests), YAML, Prometheus, Chromium and
-#                   iproute2 (the operations tests), OpenBLAS for PyTorch and perf (the
-#                   benchmarks' baselines and profiles), clang 14 and its runtime
+#                   iproute2 (the operations tests), OpenBLAS for PyTorch, perf and ZeroMQ
+#                   (the benchmarks' baselines and profiles), clang 14 and its runtime
 #                   libraries (libFuzzer and the sanitizers: `make fuzz`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ DEMO_PACKAGES=(build-essential cmake pkg-config
 TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
                python3-torch python3-pytest python3-grpcio python3-protobuf
                python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl
-               libopenblas0-pthread linux-perf clang-14 libclang-rt-14-dev)
+               libopenblas0-pthread linux-perf libzmq3-dev clang-14 libclang-rt-14-dev)
 case "$WHAT" in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
   test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

@@ -73,6 +73,9 @@ def test_writes_what_it_prints(run):
     assert "revision" in written.splitlines()[2]
 
 
+MET = re.compile(r"yes|no \((TCP|ZeroMQ|memcpy)(, (ZeroMQ|memcpy))*\)")
+
+
 def test_transport_rows_have_baselines_and_ratios(run):
     t = tables(run[0])
     grpc = find(t, "Push+pull throughput over grpc")
@@ -80,13 +83,20 @@ def test_transport_rows_have_baselines_and_ratios(run):
     for size in ("4 KB", "64 KB", "1 MB"):
         for layout in ("1 PS + 1 worker", "2 PS + 2 workers"):
             r = rows[(size, layout)]
-            pstrain, tcp, mem = number(r[2], 3), number(r[3], 3), number(r[5], 2)
-            assert pstrain > 0 and tcp > 0 and mem > 0, r
-            check_ratio(pstrain, tcp, r[4], 3)
-            check_ratio(pstrain, mem, r[6], 3, 2)
-    assert rows[("1 MB", "1 PS + 1 worker")][7] == ">= 0.8x TCP"
-    assert rows[("1 MB", "1 PS + 1 worker")][8] in ("yes", "no")
-    assert rows[("4 KB", "1 PS + 1 worker")][7] == "-"  # the target covers 1-64 MB only
+            client, ps_client = number(r[2], 3), number(r[3], 3)
+            tcp, zmq, mem = number(r[4], 3), number(r[5], 3), number(r[6], 2)
+            assert client > 0 and ps_client > 0 and tcp > 0 and zmq > 0 and mem > 0, r
+            check_ratio(client, tcp, r[7], 3)
+            check_ratio(client, zmq, r[8], 3)
+            check_ratio(ps_client, tcp, r[9], 3)
+    # The public Client is held to the targets, against TCP from 1 MB and ZeroMQ from 64 KB.
+    one, two = "1 PS + 1 worker", "2 PS + 2 workers"
+    assert rows[("1 MB", one)][10] == "Client >= 0.8x TCP, Client >= 1.3x ZeroMQ"
+    assert rows[("64 KB", one)][10] == "Client >= 1.3x ZeroMQ"
+    assert rows[("1 MB", two)][10] == "Client >= 0.7x TCP"
+    assert rows[("4 KB", one)][10] == "-" and rows[("4 KB", one)][11] == "-"
+    for key in (("1 MB", one), ("64 KB", one), ("1 MB", two)):
+        assert MET.fullmatch(rows[key][11]), rows[key]
     # ucx runs or says why not.
     for r in find(t, "Push+pull throughput over ucx"):
         assert re.fullmatch(r"\d+\.\d{3}", r[2]) or re.fullmatch(r"unavailable: .+", r[2]), r
@@ -97,10 +107,14 @@ def test_latency_quantiles(run):
     grpc = {r[1]: r for r in rows if r[0] == "grpc"}
     p50, p99 = grpc["p50"], grpc["p99"]
     for r in (p50, p99):
-        check_ratio(number(r[2], 1), number(r[3], 1), r[4], 1)
-        assert r[6] in ("yes", "no")
-    assert (p50[5], p99[5]) == ("<= 2x", "<= 5x")
-    assert float(p99[2]) >= float(p50[2]) and float(p99[3]) >= float(p50[3])
+        ps_client, client, tcp = number(r[2], 1), number(r[3], 1), number(r[4], 1)
+        assert number(r[5], 1) > 0, r  # ZeroMQ's round trip
+        check_ratio(ps_client, tcp, r[6], 1)
+        check_ratio(client, tcp, r[7], 1)
+        assert r[9] in ("yes", "no")
+    assert (p50[8], p99[8]) == ("PsClient <= 2x TCP", "PsClient <= 5x TCP")
+    for i in (2, 3, 4, 5):
+        assert float(p99[i]) >= float(p50[i]), (p50, p99)
     assert any(r[0] == "ucx" for r in rows)
 
 

@@ -146,6 +146,55 @@ struct WorkerSpec {
 // kLatency (Pull alone).
 CommandHandler PsWorker(WorkerSpec spec);
 
+// ---- public client (bench_client.cc) ----
+struct ClientSpec {
+  std::string chief;      // the chief's address (--model external)
+  int index = 0;          // this program's worker task index
+  int num_ps = 1;         // the variable is split in as many parts (fixed:N)
+  std::string transport;  // ClientOptions::transport
+  int64_t floats = 0;     // of the one variable
+};
+// Handles kConnect (Client::Connect, CreateVariable, one untimed step), kStep (Client::Pull +
+// Client::Push) and kLatency (Pull alone).
+CommandHandler ClientWorker(ClientSpec spec);
+
+// ---- ZeroMQ baseline (bench_zmq.cc) ----
+// Handles kEcho: binds a REP socket to tcp://127.0.0.1:<Command.steps> and sends every message
+// back until the helper is killed.
+CommandHandler ZmqEchoServer();
+// Handles kConnect (a REQ socket to port Command.steps), kStep and kLatency as the client of
+// ZmqEchoServer; sizes[i] bytes each way. Built without libzmq, every command fails saying so.
+CommandHandler ZmqClient(std::vector<int64_t> sizes);
+
+// ---- clusters (bench_cluster.cc) ----
+inline constexpr absl::Duration kTransportTimeout = absl::Seconds(300);
+struct Cluster {
+  explicit Cluster(std::string n) : name(std::move(n)) {}
+  std::string name;                // "1 PS + 1 worker"
+  std::string dir;                 // the logs of its processes
+  std::unique_ptr<Process> chief;  // with Client workers only
+  std::vector<std::unique_ptr<Process>> ps;
+  std::vector<std::unique_ptr<Helper>> workers;
+  std::vector<Helper*> Workers() const {
+    std::vector<Helper*> h;
+    for (const auto& w : workers) h.push_back(w.get());
+    return h;
+  }
+  // Why the cluster failed: `s`, and the last log line of a process that ended.
+  std::string Why(const absl::Status& s);
+};
+
+// `num_ps` PS tasks (`pstrain server`, with --transport `transport` when `flag`, no chief) and
+// `num_workers` forked PsWorkers over `floats`; the first sets the PS up, then all connect.
+absl::Status StartCluster(const BenchOptions& o, const std::string& transport, bool flag,
+                          const std::vector<int64_t>& floats, int num_ps, int num_workers,
+                          const std::string& dir, Cluster* c);
+// The same PS with a chief of client programs (--model external) and `num_workers` forked
+// ClientWorkers over one variable of `floats`, connected.
+absl::Status StartClientCluster(const BenchOptions& o, const std::string& transport, bool flag,
+                                int64_t floats, int num_ps, int num_workers, const std::string& dir,
+                                Cluster* c);
+
 // ---- sections ----
 // Push+pull throughput per transport and the 4 KB pull latency (bench_transport.cc).
 // InvalidArgument naming a size of o.sizes that is not one of the transport's sizes.

@@ -1,9 +1,10 @@
 // `pstrain bench`, transport section: push+pull throughput of one dense float32 variable per
-// size through `pstrain server` PS processes and forked workers driving PsClient, with 1 PS + 1
-// worker and 2 PS + 2 workers, next to a raw TCP ping-pong of the same bytes between two
-// processes (one pair per worker) and memcpy of the same bytes in this process; then the latency
-// of a 4 KB pull against the TCP round trip of 4 KB. Repetitions interleave every measurement of
-// a size, each going first in turn.
+// size through `pstrain server` PS processes, with 1 PS + 1 worker and 2 PS + 2 workers, driven
+// by users' programs on the public Client (a chief of client programs per size) and by forked
+// workers on PsClient (the built-in trainer's client), next to ping-pongs of the same bytes
+// between two processes (one pair per worker) over raw TCP and over ZeroMQ, and memcpy of the
+// same bytes in this process; then the latency of a 4 KB pull against the round trips of 4 KB.
+// Repetitions interleave every measurement of a size, each going first in turn.
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,7 +31,6 @@ const Size kSizes[] = {
     {"4 KB", 4 << 10, 400, 7, 20},         {"64 KB", 64 << 10, 200, 7, 10},
     {"1 MB", 1 << 20, 40, 7, 4},           {"16 MB", 16 << 20, 4, 5, 0},
     {"64 MB", int64_t{64} << 20, 1, 5, 0}, {"256 MB", int64_t{256} << 20, 1, 3, 0}};
-constexpr absl::Duration kTimeout = absl::Seconds(300);
 
 // "16 MB" as a --sizes value: "16MB".
 std::string Compact(const char* label) { return absl::StrReplaceAll(label, {{" ", ""}}); }
@@ -50,8 +50,8 @@ std::vector<Size> Sizes(const BenchOptions& o) {
   return sizes;
 }
 
-// A pair of processes per worker moving the same bytes over plain TCP.
-struct TcpPairs {
+// A pair of processes per worker moving the same bytes: a ping-pong over raw TCP or ZeroMQ.
+struct Pairs {
   std::vector<std::unique_ptr<Helper>> servers, clients;
   std::vector<Helper*> Clients(int n) const {
     std::vector<Helper*> h;
@@ -60,8 +60,8 @@ struct TcpPairs {
   }
 };
 
-absl::StatusOr<TcpPairs> StartTcp(const std::vector<int64_t>& bytes, int pairs) {
-  TcpPairs t;
+absl::StatusOr<Pairs> StartTcp(const std::vector<int64_t>& bytes, int pairs) {
+  Pairs t;
   for (int i = 0; i < pairs; ++i) {
     int port = 0;
     absl::StatusOr<int> fd = Listen(&port);
@@ -73,7 +73,7 @@ absl::StatusOr<TcpPairs> StartTcp(const std::vector<int64_t>& bytes, int pairs) 
     absl::StatusOr<std::unique_ptr<Helper>> client = Helper::Fork(TcpClient(bytes));
     if (!client.ok()) return client.status();
     absl::StatusOr<std::vector<Reply>> connected =
-        RunAll({client->get()}, {kConnect, 0, port}, kTimeout);
+        RunAll({client->get()}, {kConnect, 0, port}, kTransportTimeout);
     if (!connected.ok()) return connected.status();
     t.servers.push_back(*std::move(server));
     t.clients.push_back(*std::move(client));
@@ -81,83 +81,33 @@ absl::StatusOr<TcpPairs> StartTcp(const std::vector<int64_t>& bytes, int pairs) 
   return t;
 }
 
-// PS processes of one layout and the workers that drive them.
-struct Cluster {
-  explicit Cluster(std::string n) : name(std::move(n)) {}
-  std::string name;  // "1 PS + 1 worker"
-  std::string dir;   // the PS logs
-  std::vector<std::unique_ptr<Process>> ps;
-  std::vector<std::unique_ptr<Helper>> workers;
-  std::vector<Helper*> Workers() const {
-    std::vector<Helper*> h;
-    for (const auto& w : workers) h.push_back(w.get());
-    return h;
+absl::StatusOr<Pairs> StartZmq(const std::vector<int64_t>& bytes, int pairs) {
+  Pairs t;
+  for (int i = 0; i < pairs; ++i) {
+    absl::StatusOr<int> port = FreePort();
+    if (!port.ok()) return port.status();
+    absl::StatusOr<std::unique_ptr<Helper>> server = Helper::Fork(ZmqEchoServer());
+    if (!server.ok()) return server.status();
+    if (absl::Status s = (*server)->Send({kEcho, 0, *port}); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<Helper>> client = Helper::Fork(ZmqClient(bytes));
+    if (!client.ok()) return client.status();
+    // One untimed round trip: the server is bound and the connection made.
+    absl::StatusOr<std::vector<Reply>> connected =
+        RunAll({client->get()}, {kConnect, 0, *port}, kTransportTimeout);
+    if (connected.ok()) connected = RunAll({client->get()}, {kStep, 0, 1}, kTransportTimeout);
+    if (!connected.ok()) return connected.status();
+    t.servers.push_back(*std::move(server));
+    t.clients.push_back(*std::move(client));
   }
-  // Why the cluster failed: `s`, and the last log line of a PS that ended.
-  std::string Why(const absl::Status& s) {
-    std::string why(s.message());
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (!ps[i]->Running()) {
-        absl::StrAppend(&why, "; ps ", i,
-                        " ended: ", LastLine(ReadFile(absl::StrCat(dir, "/ps-", i, ".log"))));
-      }
-    }
-    return why;
-  }
-};
-
-absl::StatusOr<std::string> Address() {
-  absl::StatusOr<int> port = FreePort();
-  if (!port.ok()) return port.status();
-  return absl::StrCat("127.0.0.1:", *port);
-}
-
-// Starts `num_ps` PS tasks (`pstrain server`, no chief: they serve while they wait for one, for
-// up to --connect_timeout) and forks `num_workers` workers, then sets the PS up and connects.
-absl::Status StartCluster(const BenchOptions& o, const std::string& transport, bool flag,
-                          const std::vector<int64_t>& floats, int num_ps, int num_workers,
-                          const std::string& dir, Cluster* c) {
-  std::vector<std::string> ps, workers;
-  absl::StatusOr<std::string> chief = Address();
-  if (!chief.ok()) return chief.status();
-  for (int i = 0; i < num_ps + num_workers; ++i) {
-    absl::StatusOr<std::string> a = Address();
-    if (!a.ok()) return a.status();
-    (i < num_ps ? ps : workers).push_back(*a);
-  }
-  const auto list = [](const std::vector<std::string>& v) {
-    return absl::StrCat("[\"", absl::StrJoin(v, "\", \""), "\"]");
-  };
-  const std::string cluster = absl::StrCat("{\"chief\": [\"", *chief, "\"], \"ps\": ", list(ps),
-                                           ", \"worker\": ", list(workers), "}");
-  c->dir = dir;
-  for (int i = 0; i < num_ps; ++i) {
-    std::vector<std::string> args = {"server", "--job",           "ps",
-                                     "--task", std::to_string(i), "--connect_timeout",
-                                     "600",    "--log_level",     "warn"};
-    if (flag) args.insert(args.end(), {"--transport", transport});
-    absl::StatusOr<std::unique_ptr<Process>> p =
-        Process::Start(o.self, args, {absl::StrCat("TF_CONFIG={\"cluster\": ", cluster, "}")},
-                       absl::StrCat(dir, "/ps-", i, ".log"));
-    if (!p.ok()) return p.status();
-    c->ps.push_back(*std::move(p));
-  }
-  for (int i = 0; i < num_workers; ++i) {
-    absl::StatusOr<std::unique_ptr<Helper>> w =
-        Helper::Fork(PsWorker({ps, i, num_workers, transport, floats}));
-    if (!w.ok()) return w.status();
-    c->workers.push_back(*std::move(w));
-  }
-  absl::StatusOr<std::vector<Reply>> r = RunAll({c->workers[0].get()}, {kSetup}, kTimeout);
-  if (r.ok()) r = RunAll(c->Workers(), {kConnect}, kTimeout);
-  return r.status();
+  return t;
 }
 
 // GB/s of `bytes_per_step` per helper over their steps: every helper's bytes over the longest
 // helper's time.
 absl::StatusOr<double> Throughput(const std::vector<Helper*>& helpers, int size_index, int steps,
                                   double bytes_per_step) {
-  absl::StatusOr<std::vector<Reply>> r = RunAll(helpers, {kStep, size_index, steps}, kTimeout);
+  absl::StatusOr<std::vector<Reply>> r =
+      RunAll(helpers, {kStep, size_index, steps}, kTransportTimeout);
   if (!r.ok()) return r.status();
   double seconds = 0;
   for (const Reply& x : *r) seconds = std::max(seconds, x.seconds);
@@ -190,14 +140,79 @@ bool ServerHasTransportFlag(const BenchOptions& o, const std::string& dir) {
   return ReadFile(log).find("--transport") != std::string::npos;
 }
 
-std::string Target(const std::string& transport, const Size& s, int num_ps) {
-  if (num_ps != 1 || s.bytes < (1 << 20) || s.bytes > (int64_t{64} << 20)) return "-";
-  return transport == "ucx" ? ">= 0.5x memcpy" : ">= 0.8x TCP";
+// The targets a row is held to: the public Client against TCP (1 to 64 MB; 0.8x with 1 PS + 1
+// worker, 0.7x with 2 + 2) and against ZeroMQ (64 KB to 64 MB, 1 PS + 1 worker); over UCX
+// (shared memory), PsClient against memcpy.
+struct Bounds {
+  double tcp = 0, zmq = 0, memcpy = 0;  // 0: not held to it
+};
+Bounds BoundsOf(const std::string& transport, const Size& s, int num_ps) {
+  Bounds b;
+  const bool mid = s.bytes >= (1 << 20) && s.bytes <= (int64_t{64} << 20);
+  if (transport == "ucx") {
+    if (num_ps == 1 && mid) b.memcpy = 0.5;
+    return b;
+  }
+  if (mid) b.tcp = num_ps == 1 ? 0.8 : 0.7;
+  if (num_ps == 1 && s.bytes >= (64 << 10) && s.bytes <= (int64_t{64} << 20)) b.zmq = 1.3;
+  return b;
+}
+std::string TargetText(const Bounds& b) {
+  std::vector<std::string> parts;
+  if (b.tcp > 0) parts.push_back(absl::StrCat("Client >= ", Fixed(b.tcp, 1), "x TCP"));
+  if (b.zmq > 0) parts.push_back(absl::StrCat("Client >= ", Fixed(b.zmq, 1), "x ZeroMQ"));
+  if (b.memcpy > 0) parts.push_back(absl::StrCat("PsClient >= ", Fixed(b.memcpy, 1), "x memcpy"));
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+// One layout's medians at one size (GB/s; 0 where not measured).
+struct Medians {
+  double client = 0, ps_client = 0, tcp = 0, zmq = 0, memcpy = 0;
+};
+std::string MetText(const Bounds& b, const Medians& m) {
+  if (b.tcp == 0 && b.zmq == 0 && b.memcpy == 0) return "-";
+  std::vector<std::string> missed;
+  if (b.tcp > 0 && !(m.client >= b.tcp * m.tcp)) missed.push_back("TCP");
+  if (b.zmq > 0 && !(m.client >= b.zmq * m.zmq)) missed.push_back("ZeroMQ");
+  if (b.memcpy > 0 && !(m.ps_client >= b.memcpy * m.memcpy)) missed.push_back("memcpy");
+  return missed.empty() ? "yes" : absl::StrCat("no (", absl::StrJoin(missed, ", "), ")");
+}
+std::vector<std::string> Row(const Size& z, const std::string& layout, const Medians& m,
+                             const Bounds& b) {
+  const auto gbs = [](double v) { return v > 0 ? Fixed(v, 3) : std::string("-"); };
+  return {z.label,
+          layout,
+          gbs(m.client),
+          gbs(m.ps_client),
+          gbs(m.tcp),
+          gbs(m.zmq),
+          Fixed(m.memcpy, 2),
+          Ratio(m.client, m.tcp),
+          m.zmq > 0 ? Ratio(m.client, m.zmq) : "-",
+          Ratio(m.ps_client, m.tcp),
+          TargetText(b),
+          MetText(b, m)};
 }
 
 struct Latency {
-  std::vector<double> pstrain, tcp;  // microseconds
+  std::vector<double> ps_client, client, tcp, zmq;  // microseconds
 };
+
+// The round trips of 4 KB of every kind, in blocks that take turns going first.
+absl::Status MeasureLatency(const std::vector<std::vector<Helper*>>& kinds, int blocks,
+                            int per_block, std::vector<std::vector<double>*> into) {
+  for (int b = 0; b < blocks; ++b) {
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      const size_t which = (k + b) % kinds.size();
+      if (kinds[which].empty()) continue;
+      absl::StatusOr<std::vector<Reply>> r =
+          RunAll(kinds[which], {kLatency, 0, per_block}, kTransportTimeout);
+      if (!r.ok()) return r.status();
+      into[which]->insert(into[which]->end(), (*r)[0].samples.begin(), (*r)[0].samples.end());
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -224,35 +239,41 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
   const char* dir = mkdtemp(dir_template);
   std::vector<Table> tables;
   Table latency{"4 KB pull latency (microseconds; 1 PS + 1 worker)",
-                {"transport", "quantile", "pstrain", "TCP round trip", "ratio", "target", "met"}};
-  absl::StatusOr<TcpPairs> tcp =
+                {"transport", "quantile", "PsClient", "Client", "TCP round trip",
+                 "ZeroMQ round trip", "PsClient/TCP", "Client/TCP", "target", "met"}};
+  absl::StatusOr<Pairs> tcp =
       dir == nullptr ? absl::InternalError("mkdtemp failed") : StartTcp(bytes, 2);
   if (!tcp.ok()) {
     Table t{"Push+pull throughput", {"what", "result"}};
     t.rows.push_back({"TCP baseline", absl::StrCat("unavailable: ", tcp.status().message())});
     return {t};
   }
+  // Without ZeroMQ the tables say why and leave its columns empty.
+  absl::StatusOr<Pairs> zmq = StartZmq(bytes, 2);
   const bool flag = ServerHasTransportFlag(o, dir);
   std::vector<char> mem_a, mem_b;
   for (const std::string& transport : o.transports) {
     Table t{absl::StrCat("Push+pull throughput over ", transport,
                          " (GB/s, both directions, all workers)"),
-            {"size", "layout", "pstrain", "TCP ping-pong", "ratio", "memcpy", "ratio", "target",
-             "met"}};
+            {"size", "layout", "Client", "PsClient", "TCP ping-pong", "ZeroMQ ping-pong", "memcpy",
+             "Client/TCP", "Client/ZeroMQ", "PsClient/TCP", "target", "met"}};
     Cluster one("1 PS + 1 worker"), two("2 PS + 2 workers");
     absl::Status s;
     if (!flag && transport != "grpc") {
       s = absl::UnavailableError("pstrain server has no --transport flag yet");
     }
+    const std::string base = absl::StrCat(dir, "/", transport);
+    const auto make_dir = [](const std::string& d) {
+      std::error_code ignored;  // a missing directory shows as the processes' failure to log
+      std::filesystem::create_directories(d, ignored);
+      return d;
+    };
     if (s.ok()) {
-      const std::string d1 = absl::StrCat(dir, "/", transport, "-1"), d2 = d1 + "x2";
-      std::error_code ignored;  // a missing directory shows as the PS's failure to log
-      std::filesystem::create_directories(d1, ignored);
-      std::filesystem::create_directories(d2, ignored);
-      s = StartCluster(o, transport, flag, floats, 1, 1, d1, &one);
+      s = StartCluster(o, transport, flag, floats, 1, 1, make_dir(base + "-1"), &one);
       if (!s.ok()) {
         s = absl::UnavailableError(one.Why(s));
-      } else if (s = StartCluster(o, transport, flag, floats, 2, 2, d2, &two); !s.ok()) {
+      } else if (s = StartCluster(o, transport, flag, floats, 2, 2, make_dir(base + "-2"), &two);
+                 !s.ok()) {
         s = absl::UnavailableError(two.Why(s));
       }
     }
@@ -262,74 +283,93 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
       tables.push_back(t);
       continue;
     }
+    // The public Client's clusters of the 4 KB size, kept for the latency.
+    std::unique_ptr<Cluster> small_clients;
     for (size_t i = 0; i < sizes.size() && s.ok(); ++i) {
       const Size& z = sizes[i];
-      // 0: pstrain 1x1, 1: TCP 1 pair, 2: memcpy, 3: pstrain 2x2, 4: TCP 2 pairs.
-      std::vector<double> m[5];
+      // A chief of client programs per layout for this size: a Client pulls every variable it
+      // created, so each size has a job of its own.
+      auto c1 = std::make_unique<Cluster>(one.name), c2 = std::make_unique<Cluster>(two.name);
+      const std::string d = absl::StrCat(base, "-client-", Compact(z.label));
+      absl::Status cs =
+          StartClientCluster(o, transport, flag, floats[i], 1, 1, make_dir(d + "-1"), c1.get());
+      if (!cs.ok()) cs = absl::UnavailableError(c1->Why(cs));
+      if (cs.ok()) {
+        cs = StartClientCluster(o, transport, flag, floats[i], 2, 2, make_dir(d + "-2"), c2.get());
+        if (!cs.ok()) cs = absl::UnavailableError(c2->Why(cs));
+      }
+      if (!cs.ok()) t.notes.push_back(absl::StrCat(z.label, ": Client ", cs.message()));
+      // 0: PsClient 1x1, 1: TCP 1 pair, 2: memcpy, 3: PsClient 2x2, 4: TCP 2 pairs,
+      // 5: Client 1x1, 6: Client 2x2, 7: ZeroMQ 1 pair, 8: ZeroMQ 2 pairs.
+      constexpr int kKinds = 9;
+      std::vector<double> m[kKinds];
+      const double per_step = 2.0 * static_cast<double>(z.bytes);
       for (int r = 0; r < z.reps && s.ok(); ++r) {
-        for (int k = 0; k < 5 && s.ok(); ++k) {
-          const int which = (k + r) % 5;
-          const double per_step = 2.0 * static_cast<double>(z.bytes);
+        for (int k = 0; k < kKinds && s.ok(); ++k) {
+          const int which = (k + r) % kKinds;
+          if ((which == 5 || which == 6) && !cs.ok()) continue;
+          if ((which == 7 || which == 8) && !zmq.ok()) continue;
           absl::StatusOr<double> gbs =
               which == 0   ? Throughput(one.Workers(), i, z.steps, per_step)
               : which == 1 ? Throughput(tcp->Clients(1), i, z.steps, per_step)
               : which == 2 ? MemcpyThroughput(&mem_a, &mem_b, z.bytes, z.steps)
               : which == 3 ? Throughput(two.Workers(), i, z.steps, per_step)
-                           : Throughput(tcp->Clients(2), i, z.steps, per_step);
+              : which == 4 ? Throughput(tcp->Clients(2), i, z.steps, per_step)
+              : which == 5 ? Throughput(c1->Workers(), i, z.steps, per_step)
+              : which == 6 ? Throughput(c2->Workers(), i, z.steps, per_step)
+              : which == 7 ? Throughput(zmq->Clients(1), i, z.steps, per_step)
+                           : Throughput(zmq->Clients(2), i, z.steps, per_step);
           if (gbs.ok()) m[which].push_back(*gbs);
           s = gbs.status();
         }
       }
       if (!s.ok()) break;
-      const double p1 = Median(m[0]), t1 = Median(m[1]), mc = Median(m[2]), p2 = Median(m[3]),
-                   t2 = Median(m[4]);
-      const bool shm = transport == "ucx";
-      const std::string target = Target(transport, z, 1);
-      const double bound_ratio = shm ? p1 / mc : p1 / t1;
-      t.rows.push_back({z.label, one.name, Fixed(p1, 3), Fixed(t1, 3), Ratio(p1, t1), Fixed(mc, 2),
-                        Ratio(p1, mc), target,
-                        target == "-" ? "-" : Met(bound_ratio, shm ? 0.5 : 0.8, true)});
-      t.rows.push_back({z.label, two.name, Fixed(p2, 3), Fixed(t2, 3), Ratio(p2, t2), Fixed(mc, 2),
-                        Ratio(p2, mc), "-", "-"});
+      const double mc = Median(m[2]);
+      const Medians m1{Median(m[5]), Median(m[0]), Median(m[1]), Median(m[7]), mc};
+      const Medians m2{Median(m[6]), Median(m[3]), Median(m[4]), Median(m[8]), mc};
+      t.rows.push_back(Row(z, one.name, m1, BoundsOf(transport, z, 1)));
+      t.rows.push_back(Row(z, two.name, m2, BoundsOf(transport, z, 2)));
+      if (z.bytes == 4 << 10 && cs.ok()) small_clients = std::move(c1);
     }
-    // Latency: blocks of 4 KB pulls and of TCP round trips, alternating.
+    // Latency: blocks of 4 KB pulls and of round trips, taking turns.
     Latency lat;
-    const int small = sizes.empty() || sizes[0].bytes != 4 << 10 ? -1 : 0;
-    const int blocks = o.quick ? 2 : 10, per_block = o.quick ? 50 : 200;
-    for (int b = 0; b < blocks && s.ok() && small == 0; ++b) {
-      for (int k = 0; k < 2 && s.ok(); ++k) {
-        const bool ps_side = (k + b) % 2 == 0;
-        absl::StatusOr<std::vector<Reply>> r = RunAll(ps_side ? one.Workers() : tcp->Clients(1),
-                                                      {kLatency, small, per_block}, kTimeout);
-        s = r.status();
-        if (!s.ok()) break;
-        std::vector<double>& into = ps_side ? lat.pstrain : lat.tcp;
-        into.insert(into.end(), (*r)[0].samples.begin(), (*r)[0].samples.end());
-      }
+    const bool small = !sizes.empty() && sizes[0].bytes == 4 << 10;
+    if (s.ok() && small) {
+      std::vector<Helper*> none;
+      s = MeasureLatency({one.Workers(), small_clients ? small_clients->Workers() : none,
+                          tcp->Clients(1), zmq.ok() ? zmq->Clients(1) : none},
+                         o.quick ? 2 : 10, o.quick ? 50 : 200,
+                         {&lat.ps_client, &lat.client, &lat.tcp, &lat.zmq});
     }
     if (!s.ok()) {
       t.rows.push_back({"-", "-", absl::StrCat("failed: ", s.message())});
-    } else if (small < 0) {
+    } else if (!small) {
       latency.rows.push_back({transport, "p50, p99", "not measured: --sizes leaves out 4KB"});
     } else {
       for (const auto& [q, name, bound] : {std::tuple{0.5, "p50", 2.0}, {0.99, "p99", 5.0}}) {
-        const double p = Quantile(lat.pstrain, q), c = Quantile(lat.tcp, q);
-        latency.rows.push_back({transport, name, Fixed(p, 1), Fixed(c, 1), Ratio(p, c),
-                                absl::StrCat("<= ", Fixed(bound, 0), "x"),
-                                Met(p / c, bound, false)});
+        const double p = Quantile(lat.ps_client, q), c = Quantile(lat.client, q),
+                     r = Quantile(lat.tcp, q), zq = Quantile(lat.zmq, q);
+        const auto us = [](double v) { return v > 0 ? Fixed(v, 1) : std::string("-"); };
+        latency.rows.push_back(
+            {transport, name, us(p), us(c), us(r), us(zq), Ratio(p, r), c > 0 ? Ratio(c, r) : "-",
+             absl::StrCat("PsClient <= ", Fixed(bound, 0), "x TCP"), Met(p / r, bound, false)});
       }
     }
     t.notes.push_back(absl::StrCat(
-        "pstrain: PsClient Pull + Push of one variable (sharded by rows over the PS tasks), "
-        "bytes pulled plus bytes pushed per second over all workers. TCP: a ping-pong of the same "
-        "bytes each way between two processes, one pair per worker, run alongside. memcpy: the "
-        "same bytes copied there and back in one process. Medians of interleaved repetitions "
-        "(size: steps x repetitions): ",
+        "Client: a user's program on the public C++ client (client/client.h), Pull + Push of one "
+        "variable split over the PS tasks, in a job of its own per size (a chief of client "
+        "programs). PsClient: the built-in trainer's client, the same steps. Both count bytes "
+        "pulled plus bytes pushed per second over all workers. TCP and ZeroMQ: ping-pongs of the "
+        "same bytes each way between two processes, one pair per worker, run alongside (ZeroMQ: "
+        "REQ/REP over tcp://127.0.0.1, sent without a copy as ps-lite does). memcpy: the same "
+        "bytes copied there and back in one process. Medians of interleaved repetitions (size: "
+        "steps x repetitions): ",
         absl::StrJoin(sizes, ", ",
                       [](std::string* out, const Size& z) {
                         absl::StrAppend(out, z.label, ": ", z.steps, " x ", z.reps);
                       }),
         "."));
+    if (!zmq.ok()) t.notes.push_back(absl::StrCat("ZeroMQ: ", zmq.status().message()));
     tables.push_back(t);
   }
   tables.push_back(latency);
