@@ -50,6 +50,16 @@ class ExternalCluster {
     chief_ = testing::Start(chief_argv_, Env("chief", 0));
   }
 
+  // Kills PS task `i` (SIGKILL) and starts it again at its address, as a supervisor restarts a
+  // PS that died.
+  void RestartPs(int i) {
+    kill(ps_[i].pid, SIGKILL);
+    (void)Wait(ps_[i], 30);
+    ps_[i] = testing::Start({PSTRAIN_BINARY, "server", "--connect_timeout", "60"}, Env("ps", i));
+  }
+  // What the chief has logged so far.
+  std::string ChiefLog() const { return ReadFile(chief_.err_path) + ReadFile(chief_.out_path); }
+
   // The environment of task `index` of job `type`: TF_CONFIG and the tag.
   std::map<std::string, std::string> Env(const std::string& type, int index) const {
     return {{"PSTRAIN_TEST_TAG", tag_},

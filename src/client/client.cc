@@ -337,12 +337,15 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   // or they would wait in a pull for this worker while it waits for them.
   if (absl::Status s = CheckIdle("Barrier"); !s.ok()) return s;
   while (true) {
-    if (absl::Status s = ps_[current_]->Leave(/*pause=*/true); !s.ok()) return s;
-    after_barrier_ = true;
-    tables_after_barrier_ = true;
-    absl::Status s = WaitAtBarrier(name);
-    // With tasks: a chief that restarted (or a job that rolled back) meanwhile is waited
-    // for, and its barrier joined on the new generation (paused there again).
+    absl::Status s = ps_[current_]->Leave(/*pause=*/true);
+    if (s.ok()) {
+      after_barrier_ = true;
+      tables_after_barrier_ = true;
+      s = WaitAtBarrier(name);
+    }
+    // With tasks: a chief that restarted (or a job that rolled back, which a PS answers the
+    // pause with) meanwhile is waited for, and its barrier joined on the new generation
+    // (paused there again).
     if (s.ok() || !has_tasks()) return s;
     if (absl::Status a = AbandonIfRolledBack(s); !a.ok() || !abandoned_) return s;
     if (absl::Status a = AdoptOutsideTask(); !a.ok()) return a;
