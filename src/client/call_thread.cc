@@ -39,22 +39,48 @@ std::shared_ptr<CallThread::Call> CallThread::Start(std::function<absl::Status()
   return call;
 }
 
+std::shared_ptr<CallThread::Call> CallThread::RunHereOrStart(std::function<absl::Status()> fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (busy_ || !queue_.empty()) {
+      auto call = std::make_shared<Call>();
+      call->fn_ = std::move(fn);
+      queue_.push_back(call);
+      return call;
+    }
+    busy_ = true;
+  }
+  auto call = std::make_shared<Call>();
+  Finish(call.get(), fn());
+  absl::MutexLock lock(&mu_);
+  busy_ = false;
+  return call;
+}
+
+void CallThread::Finish(Call* call, absl::Status s) {
+  absl::MutexLock done(&call->mu_);
+  call->status_ = std::move(s);
+  call->done_ = true;
+}
+
 void CallThread::Loop() {
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(this, &CallThread::Ready));
     if (queue_.empty()) return;  // stopped, with nothing left to run
+    if (busy_) {                 // stopping while a call runs on the caller's thread
+      mu_.Await(absl::Condition(this, &CallThread::Idle));
+      continue;
+    }
     std::shared_ptr<Call> call = std::move(queue_.front());
     queue_.pop_front();
+    busy_ = true;
     mu_.Unlock();
     absl::Status s = call->fn_();
     call->fn_ = nullptr;
-    {
-      absl::MutexLock done(&call->mu_);
-      call->status_ = std::move(s);
-      call->done_ = true;
-    }
+    Finish(call.get(), std::move(s));
     mu_.Lock();
+    busy_ = false;
   }
 }
 

@@ -41,13 +41,20 @@ class CallThread {
   // Queues `fn` behind the calls started before it. What `fn` refers to must stay valid until
   // the returned call is done.
   std::shared_ptr<Call> Start(std::function<absl::Status()> fn);
+  // A blocking call without a hand-off: when no call is queued or running here, runs `fn` on
+  // the caller's thread (calls started meanwhile wait for it, so the calls stay serial) and
+  // returns it done; otherwise queues it as Start does.
+  std::shared_ptr<Call> RunHereOrStart(std::function<absl::Status()> fn);
 
  private:
-  bool Ready() const { return stop_ || !queue_.empty(); }
+  bool Ready() const { return stop_ || (!queue_.empty() && !busy_); }
+  bool Idle() const { return !busy_; }
   void Loop();
+  static void Finish(Call* call, absl::Status s);
 
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Call>> queue_;
+  bool busy_ = false;  // a call is running, here or on the caller's thread
   bool stop_ = false;
   std::thread thread_;  // last: starts once the fields above are set
 };

@@ -92,17 +92,28 @@ absl::Status Client::Impl::CheckIdle(const char* what) const {
       absl::StrCat(what, " while a PullAsync or PushAsync is in flight: Wait for it first"));
 }
 
-// Pull and Push are their asynchronous forms, waited for: one code path.
+// Pull and Push are their asynchronous forms, waited for: one code path. Blocking, a call runs
+// on the caller's thread when its client's thread is idle, with no hand-off.
 absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
-  return PullAsync(values).Wait(absl::Now() + options_.timeout + kWaitMargin);
+  return StartPull(values, /*blocking=*/true).Wait(absl::Now() + options_.timeout + kWaitMargin);
 }
 
 absl::Status Client::Impl::Push(const std::vector<TensorView>& grads, int64_t examples,
                                 std::optional<double> loss) {
-  return PushAsync(grads, examples, loss).Wait(absl::Now() + options_.timeout + kWaitMargin);
+  return StartPush(grads, examples, loss, /*blocking=*/true)
+      .Wait(absl::Now() + options_.timeout + kWaitMargin);
 }
 
 PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
+  return StartPull(values, /*blocking=*/false);
+}
+
+PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_t examples,
+                                    std::optional<double> loss) {
+  return StartPush(grads, examples, loss, /*blocking=*/false);
+}
+
+PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool blocking) {
   auto st = std::make_shared<PendingCall::State>();
   st->timeout = options_.timeout;
   auto refuse = [&](absl::Status s) {
@@ -136,8 +147,10 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
   const int target = 1 - current_;
   PsClient* ps = ps_[target].get();
   std::vector<const float*>* out = &pull_values_[target];
-  st->call = threads_[target].Start(
-      [ps, out, min_version, clock, sync] { return ps->Pull(out, min_version, clock, sync); });
+  auto pull = [ps, out, min_version, clock, sync] {
+    return ps->Pull(out, min_version, clock, sync);
+  };
+  st->call = blocking ? threads_[target].RunHereOrStart(pull) : threads_[target].Start(pull);
   st->finish = [this, target, values, clock, sync](absl::Status s) {
     pull_in_flight_ = nullptr;
     if (!s.ok()) {
@@ -161,8 +174,8 @@ PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
   return PendingCall(st);
 }
 
-PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_t examples,
-                                    std::optional<double> loss) {
+PendingCall Client::Impl::StartPush(const std::vector<TensorView>& grads, int64_t examples,
+                                    std::optional<double> loss, bool blocking) {
   auto st = std::make_shared<PendingCall::State>();
   st->timeout = options_.timeout;
   auto refuse = [&](absl::Status s) {
@@ -190,11 +203,13 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
     uint64_t min_version = 0;
   };
   auto out = std::make_shared<Outcome>();
-  st->call = threads_[current_].Start([ps, grads, out, tag = *std::move(tag)] {
+  auto push = [ps, grads, out, tag = *std::move(tag)] {
     absl::Status s = ps->Push(grads, &out->stale, tag ? &*tag : nullptr);
     out->min_version = ps->min_version_read();
     return s;
-  });
+  };
+  st->call = blocking ? threads_[current_].RunHereOrStart(std::move(push))
+                      : threads_[current_].Start(std::move(push));
   st->finish = [this, out, examples, loss](absl::Status s) {
     push_in_flight_ = nullptr;
     if (!s.ok()) return AbandonIfRolledBack(std::move(s));

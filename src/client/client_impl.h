@@ -57,6 +57,10 @@ class Client::Impl {
   int num_workers() const { return num_workers_; }
 
  private:
+  // PullAsync and PushAsync; `blocking`: for Pull and Push, which wait for the call at once.
+  PendingCall StartPull(std::vector<const float*>* values, bool blocking);
+  PendingCall StartPush(const std::vector<TensorView>& grads, int64_t examples,
+                        std::optional<double> loss, bool blocking);
   absl::Status CheckUsable() const;
   // FailedPrecondition naming `what` while a PullAsync or PushAsync is not yet waited for.
   absl::Status CheckIdle(const char* what) const;
