@@ -177,21 +177,22 @@ std::string MetText(const Bounds& b, const Medians& m) {
   if (b.memcpy > 0 && !(m.ps_client >= b.memcpy * m.memcpy)) missed.push_back("memcpy");
   return missed.empty() ? "yes" : absl::StrCat("no (", absl::StrJoin(missed, ", "), ")");
 }
+// `client`: false when the Client's job could not start (a note says why).
 std::vector<std::string> Row(const Size& z, const std::string& layout, const Medians& m,
-                             const Bounds& b) {
+                             const Bounds& b, bool client) {
   const auto gbs = [](double v) { return v > 0 ? Fixed(v, 3) : std::string("-"); };
   return {z.label,
           layout,
-          gbs(m.client),
+          client ? gbs(m.client) : "unavailable",
           gbs(m.ps_client),
           gbs(m.tcp),
           gbs(m.zmq),
           Fixed(m.memcpy, 2),
-          Ratio(m.client, m.tcp),
-          m.zmq > 0 ? Ratio(m.client, m.zmq) : "-",
+          client ? Ratio(m.client, m.tcp) : "-",
+          client && m.zmq > 0 ? Ratio(m.client, m.zmq) : "-",
           Ratio(m.ps_client, m.tcp),
           TargetText(b),
-          MetText(b, m)};
+          client ? MetText(b, m) : MetText({.tcp = 0, .zmq = 0, .memcpy = b.memcpy}, m)};
 }
 
 struct Latency {
@@ -289,15 +290,23 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
       const Size& z = sizes[i];
       // A chief of client programs per layout for this size: a Client pulls every variable it
       // created, so each size has a job of its own.
-      auto c1 = std::make_unique<Cluster>(one.name), c2 = std::make_unique<Cluster>(two.name);
+      // A start that failed (a port taken between FreePort and the bind, on a busy machine) is
+      // tried once more, on other ports.
       const std::string d = absl::StrCat(base, "-client-", Compact(z.label));
-      absl::Status cs =
-          StartClientCluster(o, transport, flag, floats[i], 1, 1, make_dir(d + "-1"), c1.get());
-      if (!cs.ok()) cs = absl::UnavailableError(c1->Why(cs));
-      if (cs.ok()) {
-        cs = StartClientCluster(o, transport, flag, floats[i], 2, 2, make_dir(d + "-2"), c2.get());
-        if (!cs.ok()) cs = absl::UnavailableError(c2->Why(cs));
-      }
+      const auto start = [&](int n, std::unique_ptr<Cluster>* c) {
+        absl::Status st;
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          *c = std::make_unique<Cluster>(n == 1 ? one.name : two.name);
+          st = StartClientCluster(o, transport, flag, floats[i], n, n,
+                                  make_dir(absl::StrCat(d, "-", n, "-", attempt)), c->get());
+          if (st.ok()) return st;
+          st = absl::UnavailableError((*c)->Why(st));
+        }
+        return st;
+      };
+      std::unique_ptr<Cluster> c1, c2;
+      absl::Status cs = start(1, &c1);
+      if (cs.ok()) cs = start(2, &c2);
       if (!cs.ok()) t.notes.push_back(absl::StrCat(z.label, ": Client ", cs.message()));
       // 0: PsClient 1x1, 1: TCP 1 pair, 2: memcpy, 3: PsClient 2x2, 4: TCP 2 pairs,
       // 5: Client 1x1, 6: Client 2x2, 7: ZeroMQ 1 pair, 8: ZeroMQ 2 pairs.
@@ -327,8 +336,8 @@ std::vector<Table> TransportTables(const BenchOptions& o) {
       const double mc = Median(m[2]);
       const Medians m1{Median(m[5]), Median(m[0]), Median(m[1]), Median(m[7]), mc};
       const Medians m2{Median(m[6]), Median(m[3]), Median(m[4]), Median(m[8]), mc};
-      t.rows.push_back(Row(z, one.name, m1, BoundsOf(transport, z, 1)));
-      t.rows.push_back(Row(z, two.name, m2, BoundsOf(transport, z, 2)));
+      t.rows.push_back(Row(z, one.name, m1, BoundsOf(transport, z, 1), cs.ok()));
+      t.rows.push_back(Row(z, two.name, m2, BoundsOf(transport, z, 2), cs.ok()));
       if (z.bytes == 4 << 10 && cs.ok()) small_clients = std::move(c1);
     }
     // Latency: blocks of 4 KB pulls and of round trips, taking turns.
