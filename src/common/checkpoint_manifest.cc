@@ -241,7 +241,8 @@ namespace {
 std::optional<int64_t> CheckpointStep(const fs::directory_entry& e, absl::string_view suffix) {
   std::error_code ec;
   if (!e.is_directory(ec) || e.is_symlink(ec)) return std::nullopt;
-  absl::string_view name = e.path().filename().native();
+  const std::string filename = e.path().filename().string();  // outlives `name`, a view of it
+  absl::string_view name = filename;
   if (!absl::ConsumePrefix(&name, "ckpt-") || !absl::ConsumeSuffix(&name, suffix)) {
     return std::nullopt;
   }
