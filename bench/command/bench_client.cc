@@ -1,7 +1,6 @@
 // The public client's side of `pstrain bench`'s transport section: a helper process that runs a
 // user's program as the client library gives it (client/client.h, the API the Python package
 // wraps): connect to the chief, create one variable, then Pull + Push steps of it.
-#include <chrono>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -64,17 +63,11 @@ CommandHandler ClientWorker(ClientSpec spec) {
     if (c.op == kConnect) {
       s = Connect(*w);
     } else if ((c.op == kStep || c.op == kLatency) && w->client != nullptr) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int k = 0; k < c.steps && s.ok(); ++k) {
-        const auto t0 = std::chrono::steady_clock::now();
-        s = Step(*w, c.op == kStep);
-        if (c.op == kLatency) {
-          const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
-          r.samples.push_back(d.count());
-        }
-      }
-      const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
-      r.seconds = d.count();
+      return TimeSteps(c, [&]() -> absl::Status {
+        absl::Status step = Step(*w, c.op == kStep);
+        if (step.ok()) return step;
+        return absl::Status(step.code(), absl::StrCat("Client: ", step.message()));
+      });
     } else {
       s = absl::InvalidArgumentError("bench client: bad command");
     }

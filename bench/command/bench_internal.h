@@ -66,6 +66,10 @@ struct Reply {
   std::vector<double> samples;  // per-step times (latency commands)
 };
 using CommandHandler = std::function<Reply(const Command&)>;
+// Runs `step` c.steps times, stopping at the first error (the reply's error, its message as
+// given): the wall seconds of the steps, and with kLatency (below) each step's microseconds.
+// The loop every helper that times steps shares (bench_util.cc).
+Reply TimeSteps(const Command& c, const std::function<absl::Status()>& step);
 
 // A forked process answering commands over pipes. Forked before the bench touches gRPC, so
 // each helper sets up its own gRPC state. Killed (SIGKILL) and reaped when destroyed, and it

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -118,22 +117,13 @@ CommandHandler TcpClient(std::vector<int64_t> sizes) {
     }
     const int64_t n = st->sizes[c.size_index];
     if (static_cast<int64_t>(st->buf.size()) < n) st->buf.resize(n, 1);
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < c.steps; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
+    return TimeSteps(c, [&] {
       if (!SendAll(st->fd, reinterpret_cast<const char*>(&n), sizeof(n)) ||
           !SendAll(st->fd, st->buf.data(), n) || !RecvAll(st->fd, st->buf.data(), n)) {
-        r.error = "TCP baseline: the echo server is gone";
-        return r;
+        return absl::UnavailableError("TCP baseline: the echo server is gone");
       }
-      if (c.op == kLatency) {
-        const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
-        r.samples.push_back(d.count());
-      }
-    }
-    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
-    r.seconds = d.count();
-    return r;
+      return absl::OkStatus();
+    });
   };
 }
 

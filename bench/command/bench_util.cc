@@ -1,5 +1,6 @@
-// Statistics and Markdown formatting of `pstrain bench`.
+// Statistics, step timing and Markdown formatting of `pstrain bench`.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,25 @@
 #include "bench/command/bench_internal.h"
 
 namespace pstrain::bench {
+
+Reply TimeSteps(const Command& c, const std::function<absl::Status()>& step) {
+  Reply r;
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < c.steps; ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status s = step(); !s.ok()) {
+      r.error = std::string(s.message());
+      return r;
+    }
+    if (c.op == kLatency) {
+      const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
+      r.samples.push_back(d.count());
+    }
+  }
+  const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
+  r.seconds = d.count();
+  return r;
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;

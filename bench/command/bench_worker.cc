@@ -1,6 +1,5 @@
 // The worker side of `pstrain bench`'s transport section: a helper process that sets the PS
 // tasks up as the chief would and drives PsClient Pull + Push, as a training worker does.
-#include <chrono>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -115,17 +114,7 @@ CommandHandler PsWorker(WorkerSpec spec) {
       s = Connect(*w);
     } else if ((c.op == kStep || c.op == kLatency) && c.size_index >= 0 &&
                c.size_index < static_cast<int>(w->clients.size())) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int k = 0; k < c.steps && s.ok(); ++k) {
-        const auto t0 = std::chrono::steady_clock::now();
-        s = Step(*w, c.size_index, c.op == kStep);
-        if (c.op == kLatency) {
-          const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
-          r.samples.push_back(d.count());
-        }
-      }
-      const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
-      r.seconds = d.count();
+      return TimeSteps(c, [&] { return Step(*w, c.size_index, c.op == kStep); });
     } else {
       s = absl::InvalidArgumentError("bench worker: bad command");
     }

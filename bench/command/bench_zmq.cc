@@ -2,7 +2,6 @@
 // way between two processes) over a ZeroMQ REQ/REP pair on tcp://127.0.0.1, the carrier that
 // ps-lite's van uses. As ps-lite does, a message is sent from its buffer without a copy
 // (zmq_msg_init_data) and received into a message the library allocates, used in place.
-#include <chrono>
 #include <memory>
 #include <string>
 
@@ -91,28 +90,17 @@ CommandHandler ZmqClient(std::vector<int64_t> sizes) {
     }
     const int64_t n = st->sizes[c.size_index];
     if (static_cast<int64_t>(st->buf.size()) < n) st->buf.resize(n, 1);
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < c.steps; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
+    return TimeSteps(c, [&] {
       zmq_msg_t out, in;
       zmq_msg_init_data(&out, st->buf.data(), n, nullptr, nullptr);
       zmq_msg_init(&in);
       const bool ok = zmq_msg_send(&out, st->zmq.socket, 0) >= 0 &&
                       zmq_msg_recv(&in, st->zmq.socket, 0) == static_cast<int>(n);
       zmq_msg_close(&in);
-      if (!ok) {
-        zmq_msg_close(&out);
-        r.error = ZmqError("the echo server is gone");
-        return r;
-      }
-      if (c.op == kLatency) {
-        const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
-        r.samples.push_back(d.count());
-      }
-    }
-    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start;
-    r.seconds = d.count();
-    return r;
+      if (ok) return absl::OkStatus();
+      zmq_msg_close(&out);
+      return absl::UnavailableError(ZmqError("the echo server is gone"));
+    });
   };
 }
 
