@@ -32,9 +32,13 @@ CallThread::~CallThread() {
 }
 
 std::shared_ptr<CallThread::Call> CallThread::Start(std::function<absl::Status()> fn) {
+  absl::MutexLock lock(&mu_);
+  return Queue(std::move(fn));
+}
+
+std::shared_ptr<CallThread::Call> CallThread::Queue(std::function<absl::Status()> fn) {
   auto call = std::make_shared<Call>();
   call->fn_ = std::move(fn);
-  absl::MutexLock lock(&mu_);
   queue_.push_back(call);
   return call;
 }
@@ -42,12 +46,7 @@ std::shared_ptr<CallThread::Call> CallThread::Start(std::function<absl::Status()
 std::shared_ptr<CallThread::Call> CallThread::RunHereOrStart(std::function<absl::Status()> fn) {
   {
     absl::MutexLock lock(&mu_);
-    if (busy_ || !queue_.empty()) {
-      auto call = std::make_shared<Call>();
-      call->fn_ = std::move(fn);
-      queue_.push_back(call);
-      return call;
-    }
+    if (busy_ || !queue_.empty()) return Queue(std::move(fn));
     busy_ = true;
   }
   auto call = std::make_shared<Call>();

@@ -49,6 +49,7 @@ class CallThread {
  private:
   bool Ready() const { return stop_ || (!queue_.empty() && !busy_); }
   bool Idle() const { return !busy_; }
+  std::shared_ptr<Call> Queue(std::function<absl::Status()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
   static void Finish(Call* call, absl::Status s);
 
