@@ -7,10 +7,10 @@
 #include <mutex>
 #include <thread>
 
-#include "client/client.h"
 #include "external_cluster.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ones_program.h"
 #include "testing.h"
 
 namespace pstrain {
@@ -28,43 +28,19 @@ struct Handshake {
   bool tasks_done = false, rolled_back = false;
 };
 
-// Every batch pushes ones at SGD's learning rate 1: each batch applied once moves every
-// element by exactly -1.
 absl::Status Program(const ExternalCluster& cluster, Handshake* hs) {
-  absl::StatusOr<std::unique_ptr<Client>> c =
-      Client::Connect({.chief = cluster.chief(), .task = 0, .timeout = absl::Seconds(60)});
-  if (!c.ok()) return c.status();
-  Client& client = **c;
-  absl::StatusOr<int> w = client.CreateVariable(
-      {.name = "w", .shape = {kSize}, .optimizer = OptimizerOptions{.learning_rate = 1.0}});
-  if (!w.ok()) return w.status();
-  Tensor ones({kSize});
-  for (int j = 0; j < kSize; ++j) ones.data()[j] = 1;
-  std::vector<const float*> values;
-  for (;;) {
-    absl::StatusOr<std::optional<Task>> t = client.NextTask(kBatch);
-    if (!t.ok()) return t.status();
-    if (!t->has_value()) break;
-    for (int64_t k = 0; k < (*t)->num_batches() && !client.task_abandoned(); ++k) {
-      if (absl::Status s = client.Pull(&values); !s.ok()) return s;
-      if (absl::Status s = client.Push({ones}, kBatch); !s.ok()) return s;
-    }
-    if (absl::Status s = client.TaskDone(); !s.ok()) return s;
-  }
+  OnesProgram p;
+  if (absl::Status s = p.Connect(cluster.chief(), 0, absl::Seconds(60), kSize); !s.ok()) return s;
+  if (absl::Status s = p.RunTasks(kBatch); !s.ok()) return s;
   {
     std::unique_lock lock(hs->mu);
     hs->tasks_done = true;
     hs->cv.notify_all();
     hs->cv.wait(lock, [&] { return hs->rolled_back; });
   }
-  if (absl::Status s = client.Barrier("end"); !s.ok()) return s;
-  if (absl::Status s = client.Pull(&values); !s.ok()) return s;
-  for (int j = 0; j < kSize; ++j) {
-    if (values[0][j] != -kRows / kBatch) {
-      return absl::InternalError("w[" + std::to_string(j) + "] = " + std::to_string(values[0][j]));
-    }
-  }
-  return client.Done();
+  if (absl::Status s = p.client().Barrier("end"); !s.ok()) return s;
+  if (absl::Status s = p.PullAndExpect(-kRows / kBatch); !s.ok()) return s;
+  return p.client().Done();
 }
 
 // Polls the chief's log (an event, not a time) until it holds `line`, for up to two minutes.

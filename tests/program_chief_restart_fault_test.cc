@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
 #include "external_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ones_program.h"
 #include "testing.h"
 
 namespace pstrain {
@@ -41,37 +41,19 @@ struct Handshake {
   }
 };
 
-// A program: every batch pulls, then pushes a gradient of ones (SGD at learning rate 1), so
-// each batch applied once moves every element by exactly -1.
+// A program of the task loop (ones_program.h); the first program to reach the second batch of
+// a task holds there until the chief was restarted.
 absl::Status Program(const ExternalCluster& cluster, int task, Handshake* hs) {
-  absl::StatusOr<std::unique_ptr<Client>> c =
-      Client::Connect({.chief = cluster.chief(), .task = task, .timeout = absl::Seconds(30)});
-  if (!c.ok()) return c.status();
-  Client& client = **c;
-  absl::StatusOr<int> w = client.CreateVariable(
-      {.name = "w", .shape = {kSize}, .optimizer = OptimizerOptions{.learning_rate = 1.0}});
-  if (!w.ok()) return w.status();
-  Tensor ones({kSize});
-  for (int j = 0; j < kSize; ++j) ones.data()[j] = 1;
-  std::vector<const float*> values;
-  for (;;) {
-    absl::StatusOr<std::optional<Task>> t = client.NextTask(kBatch);
-    if (!t.ok()) return t.status();
-    if (!t->has_value()) break;
-    for (int64_t k = 0; k < (*t)->num_batches() && !client.task_abandoned(); ++k) {
-      if (absl::Status s = client.Pull(&values); !s.ok()) return s;
-      if (k == 1 && hs->first.exchange(false)) hs->HoldUntilRestarted();
-      if (absl::Status s = client.Push({ones}, kBatch); !s.ok()) return s;
-    }
-    if (absl::Status s = client.TaskDone(); !s.ok()) return s;
+  OnesProgram p;
+  if (absl::Status s = p.Connect(cluster.chief(), task, absl::Seconds(30), kSize); !s.ok()) {
+    return s;
   }
-  if (absl::Status s = client.Pull(&values); !s.ok()) return s;
-  for (int j = 0; j < kSize; ++j) {
-    if (values[0][j] != -kRows / kBatch) {
-      return absl::InternalError("w[" + std::to_string(j) + "] = " + std::to_string(values[0][j]));
-    }
-  }
-  return client.Done();
+  absl::Status s = p.RunTasks(kBatch, [hs](int64_t k) {
+    if (k == 1 && hs->first.exchange(false)) hs->HoldUntilRestarted();
+  });
+  if (!s.ok()) return s;
+  if (absl::Status s = p.PullAndExpect(-kRows / kBatch); !s.ok()) return s;
+  return p.client().Done();
 }
 
 // The holder pulled step 1 (its first push completed a step, which in sync mode needs the two
