@@ -4,7 +4,8 @@
 # options that turn every AddressSanitizer, LeakSanitizer or UndefinedBehaviorSanitizer report
 # into a failed test.
 #   test_sanitize.sh BUILD_DIR [JOBS]
-# The cluster tests, chosen to put each role in a real process under the sanitizers:
+# The unit tests (label unit; tests/CMakeLists.txt's sanitize_tests target builds them) and the
+# cluster tests, chosen to put each role in a real process under the sanitizers:
 #   cluster_test       one whole MNIST job through `pstrain launch` (chief, 2 PS, 2 workers) and
 #                      one from TF_CONFIG: the training path end to end
 #   badinput_test      every refusal of bad flags, TF_CONFIG, data and ports: the error paths
@@ -17,19 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:?usage: $0 BUILD_DIR [JOBS]}
 JOBS=${2:-$(nproc)}
-CLUSTER_TESTS=(cluster_test badinput_test)
 CLUSTER_CTEST='^(ClusterTest\.|BadInputTest\.|py_grpc_probe_test$)'
 
-# A unit test is every tests/*_test.cc that tests/CMakeLists.txt labels "unit".
-unit=()
-for src in tests/*_test.cc; do
-  name=$(basename "$src" .cc)
-  [[ $name =~ (fault_test$|cluster_test$|^modes_test$|^example|^badinput_test$) ]] && continue
-  # It replaces malloc itself (to count gRPC's allocations), which AddressSanitizer owns.
-  [[ $name == transport_allocation_test ]] && continue
-  unit+=("$name")
-done
-cmake --build "$BUILD" -j"$JOBS" --target pstrain "${unit[@]}" "${CLUSTER_TESTS[@]}"
+# One target (tests/CMakeLists.txt): make builds the test executables two at a time, where
+# naming each as a target of its own would build them one after the other.
+cmake --build "$BUILD" -j"$JOBS" --target sanitize_tests
 
 supp=$(pwd)/scripts/lsan_suppressions.txt
 # halt_on_error: the first report ends the process with exit code 1, so the test fails.
