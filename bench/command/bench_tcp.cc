@@ -50,7 +50,7 @@ void RecvTimeout(int fd, int seconds) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-struct ClientState {
+struct TcpClientState {
   std::vector<int64_t> sizes;
   int fd = -1;
   std::vector<char> buf;  // touched once, so page faults are not timed
@@ -93,7 +93,7 @@ CommandHandler EchoServer(int listen_fd) {
 }
 
 CommandHandler TcpClient(std::vector<int64_t> sizes) {
-  auto st = std::make_shared<ClientState>();
+  auto st = std::make_shared<TcpClientState>();
   st->sizes = std::move(sizes);
   return [st](const Command& c) {
     Reply r;

@@ -52,6 +52,12 @@ constexpr int kMaxCheckpointVariables = kMaxVariablesPerRequest;
 constexpr int64_t kMaxVariableBytes = int64_t{8} << 30;
 constexpr int kMaxOptimizerSlots = 8;
 
+// Bytes of one float32 value, the type every variable and table holds.
+constexpr int64_t kFloatBytes = sizeof(float);
+
+// a / b rounded up, for a >= 0 and b > 0.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
 // a * b and a + b for non-negative operands, or nullopt on overflow.
 inline std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
   int64_t r;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "common/status.h"
 #include "data/data.h"
 #include "master/master.h"
 #include "master/placement.h"
@@ -12,10 +13,6 @@
 
 namespace pstrain {
 namespace {
-
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
 
 // x to `digits` decimals (dividing by a power of ten, which JSON then prints short).
 double Round(double x, int digits) {
@@ -51,21 +48,23 @@ int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
 
 absl::Status JobConfig::Validate() const {
   if (model != "mlp" && model != "linear" && model != "wide_deep" && model != "external") {
-    return Bad("--model: unknown model \"", model, "\" (known: mlp, linear, wide_deep, external)");
+    return InvalidArgument("--model: unknown model \"", model,
+                           "\" (known: mlp, linear, wide_deep, external)");
   }
   for (int h : hidden) {
-    if (h <= 0) return Bad("--hidden: layer width ", h, " must be positive");
+    if (h <= 0) return InvalidArgument("--hidden: layer width ", h, " must be positive");
   }
   if (absl::Status s = ValidateData(); !s.ok()) return s;
   if (absl::Status s = ValidateTables(); !s.ok()) return s;
   if (mode != "async" && mode != "sync" && mode != "ssp") {
-    return Bad("--mode: unknown mode \"", mode, "\" (known: async, sync, ssp)");
+    return InvalidArgument("--mode: unknown mode \"", mode, "\" (known: async, sync, ssp)");
   }
   if (staleness < 0 || staleness > 1000000) {
-    return Bad("--staleness ", staleness, " is out of range [0, 1000000]");
+    return InvalidArgument("--staleness ", staleness, " is out of range [0, 1000000]");
   }
   if (replicas_to_aggregate < 0) {
-    return Bad("--replicas_to_aggregate ", replicas_to_aggregate, " must be non-negative");
+    return InvalidArgument("--replicas_to_aggregate ", replicas_to_aggregate,
+                           " must be non-negative");
   }
   // A built-in model's job sets a cosine schedule's length to its own when --lr_total_steps is
   // not given.
@@ -73,59 +72,68 @@ absl::Status JobConfig::Validate() const {
     return s;
   }
   if (absl::StatusOr<PartitionerSpec> p = ParsePartitioner(partitioner); !p.ok()) {
-    return Bad("--partitioner: ", p.status().message());
+    return InvalidArgument("--partitioner: ", p.status().message());
   }
   if (absl::StatusOr<PlacementStrategy> p = ParsePlacement(placement); !p.ok()) {
-    return Bad("--placement: ", p.status().message());
+    return InvalidArgument("--placement: ", p.status().message());
   }
-  if (batch_size < 1) return Bad("--batch ", batch_size, " must be at least 1");
-  if (epochs < 1) return Bad("--epochs ", epochs, " must be at least 1");
-  if (report_every < 1) return Bad("report_every ", report_every, " must be at least 1");
+  if (batch_size < 1) return InvalidArgument("--batch ", batch_size, " must be at least 1");
+  if (epochs < 1) return InvalidArgument("--epochs ", epochs, " must be at least 1");
+  if (report_every < 1)
+    return InvalidArgument("report_every ", report_every, " must be at least 1");
   if (checkpoint_every_steps < 0) {
-    return Bad("--checkpoint_every_steps ", checkpoint_every_steps, " must be non-negative");
+    return InvalidArgument("--checkpoint_every_steps ", checkpoint_every_steps,
+                           " must be non-negative");
   }
   if (!(checkpoint_every_secs >= 0) || std::isinf(checkpoint_every_secs)) {
-    return Bad("--checkpoint_every_secs ", checkpoint_every_secs, " must be non-negative");
+    return InvalidArgument("--checkpoint_every_secs ", checkpoint_every_secs,
+                           " must be non-negative");
   }
-  if (keep_checkpoints < 1) return Bad("--keep_checkpoints ", keep_checkpoints, " must be >= 1");
+  if (keep_checkpoints < 1)
+    return InvalidArgument("--keep_checkpoints ", keep_checkpoints, " must be >= 1");
   if (checkpoint_dir.empty() && (checkpoint_every_steps > 0 || checkpoint_every_secs > 0)) {
-    return Bad("--checkpoint_every_steps and --checkpoint_every_secs need --checkpoint_dir");
+    return InvalidArgument(
+        "--checkpoint_every_steps and --checkpoint_every_secs need --checkpoint_dir");
   }
   if (task_rows < -1) {
-    return Bad("--task_rows ", task_rows,
-               " must be -1 (auto), 0 (fixed shards, no recovery) or a number of rows");
+    return InvalidArgument("--task_rows ", task_rows,
+                           " must be -1 (auto), 0 (fixed shards, no recovery) or a number of rows");
   }
-  if (rows < 0) return Bad("--rows ", rows, " must be non-negative");
+  if (rows < 0) return InvalidArgument("--rows ", rows, " must be non-negative");
   if (rows > 0 && BuiltInModel()) {
-    return Bad(
+    return InvalidArgument(
         "--rows is for client programs (--model external); a built-in model's rows are "
         "its --data's");
   }
   if (task_rows > 0 && !BuiltInModel() && rows == 0) {
-    return Bad("--task_rows with --model external needs --rows: the number of rows the ",
-               "programs' data has, which the chief cuts into tasks");
+    return InvalidArgument(
+        "--task_rows with --model external needs --rows: the number of rows the ",
+        "programs' data has, which the chief cuts into tasks");
   }
   if (task_rows != 0 && (BuiltInModel() || rows > 0)) {
     if (!(heartbeat_secs > 0) || !(heartbeat_timeout_secs > heartbeat_secs) ||
         std::isinf(heartbeat_timeout_secs)) {
-      return Bad("--heartbeat_secs ", heartbeat_secs, " must be positive and less than ",
-                 "--heartbeat_timeout_secs ", heartbeat_timeout_secs);
+      return InvalidArgument("--heartbeat_secs ", heartbeat_secs,
+                             " must be positive and less than ", "--heartbeat_timeout_secs ",
+                             heartbeat_timeout_secs);
     }
   }
   if (restarted && restore_from.empty()) {
-    return Bad("--restarted is for a chief restarted with --restore_from (or --resume)");
+    return InvalidArgument(
+        "--restarted is for a chief restarted with --restore_from (or --resume)");
   }
   if (slow_worker_delay_ms < 0) {
-    return Bad("--slow_worker_delay_ms ", slow_worker_delay_ms, " must be non-negative");
+    return InvalidArgument("--slow_worker_delay_ms ", slow_worker_delay_ms,
+                           " must be non-negative");
   }
   if (eval_delay_ms < 0) {
-    return Bad("--eval_delay_ms ", eval_delay_ms, " must be non-negative");
+    return InvalidArgument("--eval_delay_ms ", eval_delay_ms, " must be non-negative");
   }
   if (end_delay_ms < 0) {
-    return Bad("--end_delay_ms ", end_delay_ms, " must be non-negative");
+    return InvalidArgument("--end_delay_ms ", end_delay_ms, " must be non-negative");
   }
   if (push_bucket_bytes < 0) {
-    return Bad("--push_bucket_bytes ", push_bucket_bytes, " must be non-negative");
+    return InvalidArgument("--push_bucket_bytes ", push_bucket_bytes, " must be non-negative");
   }
   const std::pair<const char*, absl::Duration> timeouts[] = {
       {"--connect_timeout", register_timeout},
@@ -133,7 +141,7 @@ absl::Status JobConfig::Validate() const {
       {"rpc_timeout", rpc_timeout}};
   for (const auto& [flag, d] : timeouts) {
     if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
-      return Bad(flag, " ", absl::FormatDuration(d), " must be positive and finite");
+      return InvalidArgument(flag, " ", absl::FormatDuration(d), " must be positive and finite");
     }
   }
   return absl::OkStatus();
@@ -142,25 +150,27 @@ absl::Status JobConfig::Validate() const {
 absl::Status JobConfig::ValidateData() const {
   if (!BuiltInModel()) return absl::OkStatus();
   if (absl::StatusOr<DataSpec> d = DataSpec::Parse(data); !d.ok()) {
-    return Bad("--data: ", d.status().message());
+    return InvalidArgument("--data: ", d.status().message());
   }
   if (!test_data.empty()) {
     if (absl::StatusOr<DataSpec> d = DataSpec::Parse(test_data); !d.ok()) {
-      return Bad("--test_data: ", d.status().message());
+      return InvalidArgument("--test_data: ", d.status().message());
     }
   }
-  if (!(holdout > 0 && holdout < 1)) return Bad("--holdout ", holdout, " must be in (0, 1)");
+  if (!(holdout > 0 && holdout < 1))
+    return InvalidArgument("--holdout ", holdout, " must be in (0, 1)");
   return absl::OkStatus();
 }
 
 absl::Status JobConfig::ValidateTables() const {
   if (embedding_dim < 1 || embedding_dim > kMaxTableDim) {
-    return Bad("--embedding_dim ", embedding_dim, " is out of range [1, ", kMaxTableDim, "]");
+    return InvalidArgument("--embedding_dim ", embedding_dim, " is out of range [1, ", kMaxTableDim,
+                           "]");
   }
   const std::string& name = table_optimizer.name();
   if (name != "sgd" && name != "adagrad" && name != "adam" && name != "ftrl") {
-    return Bad("--table_optimizer: unknown table optimizer \"", name,
-               "\" (known: sgd, adagrad, adam, ftrl)");
+    return InvalidArgument("--table_optimizer: unknown table optimizer \"", name,
+                           "\" (known: sgd, adagrad, adam, ftrl)");
   }
   // Only the name and learning rate of the table optimizer have flags of their own.
   auto flag = [](absl::string_view field) {
@@ -174,7 +184,7 @@ absl::Status JobConfig::ValidateTables() const {
                                                     {"--table_max_rows", table_max_rows},
                                                     {"--table_max_bytes", table_max_bytes}};
   for (const auto& [f, v] : counts) {
-    if (v < 0) return Bad(f, " ", v, " must be non-negative");
+    if (v < 0) return InvalidArgument(f, " ", v, " must be non-negative");
   }
   return absl::OkStatus();
 }
@@ -182,17 +192,19 @@ absl::Status JobConfig::ValidateTables() const {
 absl::Status JobConfig::ValidateFor(int num_ps, int num_workers) const {
   if (absl::Status s = Validate(); !s.ok()) return s;
   if (num_ps < 1 || num_ps > kMaxTasks) {
-    return Bad("the cluster has ", num_ps, " ps tasks; a job needs 1 to ", kMaxTasks);
+    return InvalidArgument("the cluster has ", num_ps, " ps tasks; a job needs 1 to ", kMaxTasks);
   }
   if (num_workers < 1 || num_workers > kMaxTasks) {
-    return Bad("the cluster has ", num_workers, " workers; a job needs 1 to ", kMaxTasks);
+    return InvalidArgument("the cluster has ", num_workers, " workers; a job needs 1 to ",
+                           kMaxTasks);
   }
   if (replicas_to_aggregate > num_workers) {
-    return Bad("--replicas_to_aggregate ", replicas_to_aggregate, " exceeds the ", num_workers,
-               " workers");
+    return InvalidArgument("--replicas_to_aggregate ", replicas_to_aggregate, " exceeds the ",
+                           num_workers, " workers");
   }
   if (slow_worker >= num_workers) {
-    return Bad("--slow_worker ", slow_worker, " is not a worker (there are ", num_workers, ")");
+    return InvalidArgument("--slow_worker ", slow_worker, " is not a worker (there are ",
+                           num_workers, ")");
   }
   return absl::OkStatus();
 }

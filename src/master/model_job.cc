@@ -7,7 +7,9 @@
 #include "client/ps_client.h"
 #include "client/table_client.h"
 #include "common/initializer_def.h"
+#include "common/limits.h"
 #include "common/rpc.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -16,20 +18,15 @@ namespace {
 // Held-out examples evaluated per lookup and forward pass.
 constexpr int64_t kEvalChunk = 4096;
 
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // 1 + the largest label of `e`, checking that every label is a class index.
 absl::StatusOr<int> ClassesOf(const Examples& e, const std::string& what) {
   int classes = 0;
   for (int64_t r = 0; r < e.size(); ++r) {
     const float l = e.labels[r];
     if (!(l >= 0 && l < (1 << 20) && l == std::floor(l))) {
-      return Bad(what, ": label ", l, " of example ", r,
-                 " is not a class index (a non-negative integer), as a classifier needs");
+      return InvalidArgument(
+          what, ": label ", l, " of example ", r,
+          " is not a class index (a non-negative integer), as a classifier needs");
     }
     classes = std::max(classes, static_cast<int>(l) + 1);
   }
@@ -83,8 +80,8 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
   absl::StatusOr<Examples> test = data->ReadTest();
   if (!test.ok()) return test.status();
   if (test->size() == 0) {
-    return Bad(config.test_data.empty() ? config.data : config.test_data,
-               ": no held-out example could be read");
+    return InvalidArgument(config.test_data.empty() ? config.data : config.test_data,
+                           ": no held-out example could be read");
   }
 
   ModelConfig mc;
@@ -112,7 +109,7 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
     }
   }
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(mc);
-  if (!model.ok()) return Bad("--data ", config.data, ": ", model.status().message());
+  if (!model.ok()) return InvalidArgument("--data ", config.data, ": ", model.status().message());
   spdlog::info("model {} on {}: {} training records, {} held-out examples", mc.kind,
                data->spec().ToString(), data->train_records(), test->size());
   return std::unique_ptr<ModelJob>(

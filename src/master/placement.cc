@@ -23,7 +23,6 @@
 namespace pstrain {
 namespace {
 
-constexpr int64_t kFloatBytes = 4;
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
 constexpr absl::string_view kPartitionerForms =
@@ -57,8 +56,6 @@ int64_t ShapeBytes(const std::vector<int64_t>& shape) {
   }
   return bytes;
 }
-
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // Shards of at least `min_bytes`: the smallest of n shards has floor(rows / n) rows.
 int64_t MostShardsOfAtLeast(int64_t rows, int64_t row_bytes, int64_t min_bytes) {

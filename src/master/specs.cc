@@ -6,17 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/optimizer_config.h"
+#include "common/status.h"
 #include "model/model.h"
 
 namespace pstrain {
-namespace {
-
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-}  // namespace
-
 std::string FlagName(absl::string_view field) {
   static const std::pair<const char*, const char*> kFlags[] = {
       {"name", "--optimizer"},
@@ -38,18 +31,20 @@ std::string FlagName(absl::string_view field) {
 
 absl::StatusOr<NewVariable> VariableFromSpec(const VariableSpec& spec,
                                              const OptimizerConfig& default_optimizer) {
-  if (spec.name().empty()) return Bad("a variable needs a name");
+  if (spec.name().empty()) return InvalidArgument("a variable needs a name");
   if (spec.name().size() > static_cast<size_t>(kMaxNameBytes)) {
-    return Bad("variable name of ", spec.name().size(), " bytes exceeds ", kMaxNameBytes);
+    return InvalidArgument("variable name of ", spec.name().size(), " bytes exceeds ",
+                           kMaxNameBytes);
   }
   const std::string where = absl::StrCat("variable '", spec.name(), "': ");
   if (spec.partitioner().size() > static_cast<size_t>(kMaxNameBytes)) {
-    return Bad(where, "partitioner text of ", spec.partitioner().size(), " bytes exceeds ",
-               kMaxNameBytes);
+    return InvalidArgument(where, "partitioner text of ", spec.partitioner().size(),
+                           " bytes exceeds ", kMaxNameBytes);
   }
   const InitializerDef& d = spec.initializer();
   if (d.kind().size() > static_cast<size_t>(kMaxNameBytes)) {
-    return Bad(where, "initializer kind of ", d.kind().size(), " bytes exceeds ", kMaxNameBytes);
+    return InvalidArgument(where, "initializer kind of ", d.kind().size(), " bytes exceeds ",
+                           kMaxNameBytes);
   }
   Initializer init;
   init.kind = d.kind().empty() ? "zeros" : d.kind();
@@ -61,21 +56,22 @@ absl::StatusOr<NewVariable> VariableFromSpec(const VariableSpec& spec,
   init.seed = d.seed();
   // A scalar draw checks the kind and its parameters without allocating the variable.
   if (absl::StatusOr<Tensor> probe = MakeInitialValue({}, init); !probe.ok()) {
-    return Bad(where, probe.status().message());
+    return InvalidArgument(where, probe.status().message());
   }
   NewVariable v;
   v.name = spec.name();
   v.shape.assign(spec.shape().begin(), spec.shape().end());
   if (spec.has_optimizer() && spec.optimizer().ByteSizeLong() > 0) {
     if (spec.optimizer().name().empty()) {
-      return Bad(where,
-                 "the optimizer has fields set but no name; name it, or send no optimizer to "
-                 "use the job's (",
-                 default_optimizer.name(), ")");
+      return InvalidArgument(
+          where,
+          "the optimizer has fields set but no name; name it, or send no optimizer to "
+          "use the job's (",
+          default_optimizer.name(), ")");
     }
     auto field = [](absl::string_view f) { return absl::StrCat("optimizer.", f); };
     if (absl::Status s = ValidateOptimizerConfig(spec.optimizer(), field); !s.ok()) {
-      return Bad(where, s.message());
+      return InvalidArgument(where, s.message());
     }
     v.optimizer = spec.optimizer();
   } else {

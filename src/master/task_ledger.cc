@@ -4,13 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc.h"
+#include "common/status.h"
 
 namespace pstrain {
 namespace {
-
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
 
 std::string When(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
@@ -29,17 +26,17 @@ TaskLedger::TaskLedger(const LedgerShape& shape, absl::Duration timeout)
 
 absl::StatusOr<TaskLedger> TaskLedger::Create(const LedgerShape& shape,
                                               absl::Duration heartbeat_timeout) {
-  if (shape.rows < 1) return Bad("task ledger: no training records");
-  if (shape.task_rows < 1) return Bad("task ledger: task_rows must be at least 1");
-  if (shape.epochs < 1) return Bad("task ledger: epochs must be at least 1");
-  if (shape.num_workers < 1) return Bad("task ledger: no workers");
+  if (shape.rows < 1) return InvalidArgument("task ledger: no training records");
+  if (shape.task_rows < 1) return InvalidArgument("task ledger: task_rows must be at least 1");
+  if (shape.epochs < 1) return InvalidArgument("task ledger: epochs must be at least 1");
+  if (shape.num_workers < 1) return InvalidArgument("task ledger: no workers");
   if (heartbeat_timeout <= absl::ZeroDuration()) {
-    return Bad("task ledger: the heartbeat timeout must be positive");
+    return InvalidArgument("task ledger: the heartbeat timeout must be positive");
   }
   const int64_t per_epoch = (shape.rows + shape.task_rows - 1) / shape.task_rows;
   if (per_epoch > kMaxTasks / shape.epochs) {
-    return Bad("task ledger: ", per_epoch, " tasks per epoch over ", shape.epochs,
-               " epochs exceed ", kMaxTasks, " tasks; raise task_rows");
+    return InvalidArgument("task ledger: ", per_epoch, " tasks per epoch over ", shape.epochs,
+                           " epochs exceed ", kMaxTasks, " tasks; raise task_rows");
   }
   return TaskLedger(shape, heartbeat_timeout);
 }
@@ -47,8 +44,8 @@ absl::StatusOr<TaskLedger> TaskLedger::Create(const LedgerShape& shape,
 absl::Status TaskLedger::CheckLive(int worker, uint64_t incarnation, const char* what) const {
   const std::string task = TaskName("worker", worker);
   if (worker < 0 || worker >= shape_.num_workers) {
-    return Bad(what, " from unknown task ", task, ": the cluster has ", shape_.num_workers,
-               " worker task(s)");
+    return InvalidArgument(what, " from unknown task ", task, ": the cluster has ",
+                           shape_.num_workers, " worker task(s)");
   }
   const WorkerState& w = workers_[worker];
   if (auto it = w.dead.find(incarnation); it != w.dead.end()) {
@@ -71,7 +68,7 @@ absl::Status TaskLedger::CheckLive(int worker, uint64_t incarnation, const char*
 absl::Status TaskLedger::Register(int worker, uint64_t incarnation, absl::Time now,
                                   bool replace_live) {
   if (incarnation == 0)
-    return Bad("register from ", TaskName("worker", worker), " without an incarnation");
+    return InvalidArgument("register from ", TaskName("worker", worker), " without an incarnation");
   absl::Status s = CheckLive(worker, incarnation, "register");
   if (s.ok()) {  // a retry
     workers_[worker].last_seen = now;
@@ -156,11 +153,12 @@ absl::Status TaskLedger::Done(int worker, uint64_t incarnation, const TaskReport
   if (absl::Status s = CheckLive(worker, incarnation, "task done"); !s.ok()) return s;
   const std::string task = TaskName("worker", worker);
   if (r.epoch < 0 || r.epoch >= shape_.epochs) {
-    return Bad("task done from ", task, ": epoch ", r.epoch, " is not in [0, ", shape_.epochs, ")");
+    return InvalidArgument("task done from ", task, ": epoch ", r.epoch, " is not in [0, ",
+                           shape_.epochs, ")");
   }
   if (r.id < 0 || r.id >= tasks_per_epoch_) {
-    return Bad("task done from ", task, ": task ", r.id, " is not in [0, ", tasks_per_epoch_,
-               ") of epoch ", r.epoch);
+    return InvalidArgument("task done from ", task, ": task ", r.id, " is not in [0, ",
+                           tasks_per_epoch_, ") of epoch ", r.epoch);
   }
   const int64_t index = r.epoch * tasks_per_epoch_ + r.id;
   const TaskRef ref = RefOf(index);
@@ -169,8 +167,9 @@ absl::Status TaskLedger::Done(int worker, uint64_t incarnation, const TaskReport
   // task of no examples has no step.
   if (r.examples < 0 || r.examples > rows || r.steps < 0 || r.steps > r.examples ||
       (r.examples > 0) != (r.steps > 0)) {
-    return Bad("task done from ", task, ": task ", r.id, " of epoch ", r.epoch, " has ", rows,
-               " rows; the report says ", r.examples, " examples in ", r.steps, " steps");
+    return InvalidArgument("task done from ", task, ": task ", r.id, " of epoch ", r.epoch, " has ",
+                           rows, " rows; the report says ", r.examples, " examples in ", r.steps,
+                           " steps");
   }
   WorkerState& w = workers_[worker];
   Task& t = tasks_[index];
@@ -286,11 +285,11 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
   TaskLedger& l = *made;
   auto int_field = [&](const char* name, int64_t want) -> absl::Status {
     if (!j.is_object() || !j.contains(name) || !j[name].is_number_integer()) {
-      return Bad("task ledger: field \"", name, "\" is missing or not an integer");
+      return InvalidArgument("task ledger: field \"", name, "\" is missing or not an integer");
     }
     if (j[name].get<int64_t>() != want) {
-      return Bad("task ledger: \"", name, "\" is ", j[name].get<int64_t>(), "; this job has ",
-                 want);
+      return InvalidArgument("task ledger: \"", name, "\" is ", j[name].get<int64_t>(),
+                             "; this job has ", want);
     }
     return absl::OkStatus();
   };
@@ -302,7 +301,7 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
   }
   for (const char* name : {"redone", "workers_declared_dead"}) {
     if (!j.contains(name) || !j[name].is_number_integer() || j[name].get<int64_t>() < 0) {
-      return Bad("task ledger: field \"", name, "\" is missing or not a count");
+      return InvalidArgument("task ledger: field \"", name, "\" is missing or not a count");
     }
   }
   l.redone_ = j["redone"].get<int64_t>();
@@ -315,19 +314,20 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
           {"chief_restarts", &l.failures_.chief_restarts}}) {
       if (!f.is_object() || !f.contains(name) || !f[name].is_number_integer() ||
           f[name].get<int64_t>() < 0) {
-        return Bad("task ledger: \"failures\" field \"", name, "\" is missing or not a count");
+        return InvalidArgument("task ledger: \"failures\" field \"", name,
+                               "\" is missing or not a count");
       }
       *count = f[name].get<int64_t>();
     }
   }
   const nlohmann::json& epochs = j.contains("ledger") ? j["ledger"] : nlohmann::json();
   if (!epochs.is_array() || static_cast<int>(epochs.size()) != shape.epochs) {
-    return Bad("task ledger: \"ledger\" must list ", shape.epochs, " epochs");
+    return InvalidArgument("task ledger: \"ledger\" must list ", shape.epochs, " epochs");
   }
   for (int e = 0; e < shape.epochs; ++e) {
     const nlohmann::json& tasks = epochs[e];
     if (!tasks.is_array() || static_cast<int64_t>(tasks.size()) != l.tasks_per_epoch_) {
-      return Bad("task ledger: epoch ", e, " must list ", l.tasks_per_epoch_, " tasks");
+      return InvalidArgument("task ledger: epoch ", e, " must list ", l.tasks_per_epoch_, " tasks");
     }
     for (int64_t id = 0; id < l.tasks_per_epoch_; ++id) {
       const nlohmann::json& t = tasks[id];
@@ -336,18 +336,18 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
         Task& task = l.tasks_[e * l.tasks_per_epoch_ + id];
         const std::string state = t.at("state").get<std::string>();
         if (state != "applied" && state != "pending")
-          return Bad(where, ": unknown state \"", state, "\"");
+          return InvalidArgument(where, ": unknown state \"", state, "\"");
         task.handouts = t.at("handouts").get<int>();
         task.applications = t.at("applications").get<int>();
         task.steps = t.at("steps").get<int64_t>();
         task.examples = t.at("examples").get<int64_t>();
         task.holder = t.at("worker").get<int>();
         if (task.handouts < 0 || task.applications < 0 || task.steps < 0 || task.examples < 0) {
-          return Bad(where, ": a negative count");
+          return InvalidArgument(where, ": a negative count");
         }
         if (state == "applied") {
           if (task.holder < 0 || task.holder >= shape.num_workers) {
-            return Bad(where, ": applied by unknown worker ", task.holder);
+            return InvalidArgument(where, ": applied by unknown worker ", task.holder);
           }
           task.state = State::kApplied;
           ++l.applied_;
@@ -355,7 +355,7 @@ absl::StatusOr<TaskLedger> TaskLedger::FromJson(const nlohmann::json& j, const L
           task.holder = -1;
         }
       } catch (const nlohmann::json::exception& ex) {
-        return Bad(where, ": ", ex.what());
+        return InvalidArgument(where, ": ", ex.what());
       }
     }
   }

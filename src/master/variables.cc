@@ -14,8 +14,6 @@
 namespace pstrain {
 namespace {
 
-constexpr int64_t kFloatBytes = 4;
-
 std::string ShardName(const std::string& variable, size_t shard, size_t num_shards) {
   return num_shards == 1 ? variable : absl::StrCat(variable, "/part_", shard);
 }

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "common/tensor_codec.h"
 #include "ps/parameter_server_impl.h"
 #include "ps/snapshot.h"
@@ -20,33 +21,30 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
 }
 void CopyBytes(void* dst, const std::string& src) { CopyBytes(dst, src.data(), src.size()); }
 
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
 // The checks of one variable's import against the variable (its lock held by the caller).
 absl::Status CheckVariableImport(const VariableImport& v, Variable* var, absl::string_view where)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(var->mu) {
   const auto slots = var->optimizer->slots();
   if (static_cast<size_t>(v.slots_size()) != slots.size()) {
-    return Bad("import of variable ", Quoted(v.name()), " on ", where, ": ", v.slots_size(),
-               " slots, its optimizer ", std::string(var->optimizer->name()), " has ",
-               slots.size());
+    return InvalidArgument("import of variable ", Quoted(v.name()), " on ", where, ": ",
+                           v.slots_size(), " slots, its optimizer ",
+                           std::string(var->optimizer->name()), " has ", slots.size());
   }
   for (int i = 0; i < v.slots_size(); ++i) {
     if (v.slots(i).name() != slots[i].first) {
-      return Bad("import of variable ", Quoted(v.name()), " on ", where, ": slot ", i, " is ",
-                 Quoted(v.slots(i).name()), ", its optimizer ", std::string(var->optimizer->name()),
-                 " names it ", Quoted(slots[i].first));
+      return InvalidArgument("import of variable ", Quoted(v.name()), " on ", where, ": slot ", i,
+                             " is ", Quoted(v.slots(i).name()), ", its optimizer ",
+                             std::string(var->optimizer->name()), " names it ",
+                             Quoted(slots[i].first));
     }
     absl::StatusOr<const float*> data = TensorData(v.slots(i).value(), var->shape, "slot");
     if (!data.ok()) {
-      return Bad("import of variable ", Quoted(v.name()), " on ", where, ": slot ",
-                 Quoted(slots[i].first), ": ", data.status().message());
+      return InvalidArgument("import of variable ", Quoted(v.name()), " on ", where, ": slot ",
+                             Quoted(slots[i].first), ": ", data.status().message());
     }
   }
   if (v.update_count() < 0) {
-    return Bad("import of variable ", Quoted(v.name()), ": negative update_count");
+    return InvalidArgument("import of variable ", Quoted(v.name()), ": negative update_count");
   }
   return TaskWatermarks::CheckList(
       v.applied(), absl::StrCat("import of variable ", Quoted(v.name()), " on ", where));
@@ -63,16 +61,16 @@ absl::Status ParameterServerImpl::Checkpoint(const CheckpointRequest& req,
       if (req.shards_size() > kMaxVariablesPerRequest || req.num_ps() < 1 ||
           req.num_ps() > kMaxTasks || !(req.freeze_timeout_s() >= 0) ||
           req.freeze_timeout_s() > 3600) {
-        return Bad("checkpoint freeze on ", Where(), ": bad num_ps ", req.num_ps(),
-                   ", freeze_timeout_s ", req.freeze_timeout_s(), " or ", req.shards_size(),
-                   " shards");
+        return InvalidArgument("checkpoint freeze on ", Where(), ": bad num_ps ", req.num_ps(),
+                               ", freeze_timeout_s ", req.freeze_timeout_s(), " or ",
+                               req.shards_size(), " shards");
       }
       return checkpoints_.Freeze(
           req, [&](PartFile* part) { return CopyState(req, part, resp); }, resp);
     case CheckpointRequest::RELEASE:
       if (req.dir().empty() || req.dir().size() > kMaxTextBytes) {
-        return Bad("checkpoint release on ", Where(), ": a directory of ", req.dir().size(),
-                   " bytes");
+        return InvalidArgument("checkpoint release on ", Where(), ": a directory of ",
+                               req.dir().size(), " bytes");
       }
       return checkpoints_.Release(req);
     case CheckpointRequest::ABORT:
@@ -80,7 +78,8 @@ absl::Status ParameterServerImpl::Checkpoint(const CheckpointRequest& req,
     case CheckpointRequest::WAIT:
       return checkpoints_.Wait(req, resp);
     default:
-      return Bad("checkpoint on ", Where(), ": unknown phase ", static_cast<int>(req.phase()));
+      return InvalidArgument("checkpoint on ", Where(), ": unknown phase ",
+                             static_cast<int>(req.phase()));
   }
 }
 
@@ -191,16 +190,16 @@ absl::Status ParameterServerImpl::Import(const ImportRequest& req, ImportRespons
         static_cast<int64_t>(t.floats().size()) != n * fpr * int64_t{sizeof(float)} ||
         static_cast<int64_t>(t.step_counts().size()) != (adam ? n * 4 : 0) ||
         static_cast<int64_t>(t.last_update().size()) != n * 8) {
-      return Bad("import of ", TableWhere(t.table()), ": ", t.keys().size(), " key bytes, ",
-                 t.floats().size(), " row bytes (", fpr, " floats per row), ",
-                 t.step_counts().size(), " step-count bytes and ", t.last_update().size(),
-                 " last-update bytes do not agree");
+      return InvalidArgument("import of ", TableWhere(t.table()), ": ", t.keys().size(),
+                             " key bytes, ", t.floats().size(), " row bytes (", fpr,
+                             " floats per row), ", t.step_counts().size(), " step-count bytes and ",
+                             t.last_update().size(), " last-update bytes do not agree");
     }
     std::vector<uint64_t> keys(n);
     CopyBytes(keys.data(), t.keys());
     absl::flat_hash_set<uint64_t> seen(keys.begin(), keys.end());
     if (static_cast<int64_t>(seen.size()) != n) {
-      return Bad("import of ", TableWhere(t.table()), ": a key is given twice");
+      return InvalidArgument("import of ", TableWhere(t.table()), ": a key is given twice");
     }
     if (absl::Status s = TaskWatermarks::CheckList(
             t.applied(), absl::StrCat("import of ", TableWhere(t.table())));

@@ -26,7 +26,7 @@ namespace {
 
 volatile sig_atomic_t g_signal = 0;   // the first signal
 volatile sig_atomic_t g_signals = 0;  // how many arrived
-void OnSignal(int sig) {
+void CountSignal(int sig) {
   if (g_signal == 0) g_signal = sig;
   g_signals = g_signals + 1;
 }
@@ -39,7 +39,7 @@ void OnBrokenPipe(int) {}
 // once they are, like any other, so the launch still stops them and cleans up.
 void CatchSignals() {
   struct sigaction sa {};
-  sa.sa_handler = OnSignal;
+  sa.sa_handler = CountSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);

@@ -10,6 +10,7 @@
 #include "client/table_client.h"
 #include "common/half.h"
 #include "common/rpc.h"
+#include "common/status.h"
 #include "data/data.h"
 #include "worker/parameters.h"
 #include "worker/stepper.h"
@@ -17,19 +18,11 @@
 
 namespace pstrain {
 
-namespace {
-
-absl::Status Bad(const auto&... parts) {
-  return absl::InvalidArgumentError(absl::StrCat(parts...));
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, const Model& model,
                                                      int num_ps) {
   if (spec.placement_size() != static_cast<int>(model.params().size())) {
-    return Bad("placement has ", spec.placement_size(), " variables, the model has ",
-               model.params().size());
+    return InvalidArgument("placement has ", spec.placement_size(), " variables, the model has ",
+                           model.params().size());
   }
   std::vector<VariableRef> vars;
   for (int i = 0; i < spec.placement_size(); ++i) {
@@ -43,15 +36,16 @@ absl::StatusOr<std::vector<VariableRef>> VariablesOf(const TrainingSpec& spec, c
 
 absl::StatusOr<std::vector<TableRef>> TablesOf(const TrainingSpec& spec, const Model& model) {
   if (spec.tables_size() != static_cast<int>(model.tables().size())) {
-    return Bad("the spec names ", spec.tables_size(), " tables, the model has ",
-               model.tables().size());
+    return InvalidArgument("the spec names ", spec.tables_size(), " tables, the model has ",
+                           model.tables().size());
   }
   std::vector<TableRef> tables;
   for (int t = 0; t < spec.tables_size(); ++t) {
     const TableSpec& want = model.tables()[t];
     if (spec.tables(t).name() != want.name || spec.tables(t).dim() != want.dim) {
-      return Bad("table ", t, " of the spec is '", spec.tables(t).name(), "' of dim ",
-                 spec.tables(t).dim(), "; the model's is '", want.name, "' of dim ", want.dim);
+      return InvalidArgument("table ", t, " of the spec is '", spec.tables(t).name(), "' of dim ",
+                             spec.tables(t).dim(), "; the model's is '", want.name, "' of dim ",
+                             want.dim);
     }
     tables.push_back({want.name, want.dim});
   }
@@ -85,14 +79,15 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
   if (absl::StatusOr<DataSpec> data = DataSpec::Parse(spec.data()); !data.ok()) {
     return data.status();
   }
-  if (spec.train_records() < 1) return Bad("the spec has no training records");
+  if (spec.train_records() < 1) return InvalidArgument("the spec has no training records");
   if (spec.num_shards() < 1 || spec.shard_index() < 0 || spec.shard_index() >= spec.num_shards()) {
-    return Bad("shard ", spec.shard_index(), " of ", spec.num_shards(), " does not exist");
+    return InvalidArgument("shard ", spec.shard_index(), " of ", spec.num_shards(),
+                           " does not exist");
   }
-  if (spec.batch_size() < 1) return Bad("batch size must be at least 1");
-  if (spec.epochs() < 1) return Bad("epochs must be at least 1");
-  if (spec.report_every() < 1) return Bad("report_every must be at least 1");
-  if (spec.rpc_timeout_s() <= 0) return Bad("rpc timeout must be positive");
+  if (spec.batch_size() < 1) return InvalidArgument("batch size must be at least 1");
+  if (spec.epochs() < 1) return InvalidArgument("epochs must be at least 1");
+  if (spec.report_every() < 1) return InvalidArgument("report_every must be at least 1");
+  if (spec.rpc_timeout_s() <= 0) return InvalidArgument("rpc timeout must be positive");
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(ModelConfigOf(spec.model()));
   if (!model.ok()) return model.status();
   if (absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, **model, num_ps);
@@ -103,23 +98,24 @@ absl::Status ValidateSpec(const TrainingSpec& spec, int num_ps) {
     return tables.status();
   }
   if (spec.mode() != "async" && spec.mode() != "sync" && spec.mode() != "ssp") {
-    return Bad("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
+    return InvalidArgument("unknown mode \"", spec.mode(), "\" (known: async, sync, ssp)");
   }
   if (spec.push_dtype() != DT_INVALID && DtypeName(spec.push_dtype()).empty()) {
-    return Bad("unknown push dtype ", static_cast<int>(spec.push_dtype()),
-               " (known: float32, float16, bfloat16)");
+    return InvalidArgument("unknown push dtype ", static_cast<int>(spec.push_dtype()),
+                           " (known: float32, float16, bfloat16)");
   }
   if (spec.task_queue()) {
     if (spec.num_shards() != 1) {
-      return Bad("a worker of the task queue reads every training record (1 shard, not ",
-                 spec.num_shards(), ")");
+      return InvalidArgument(
+          "a worker of the task queue reads every training record (1 shard, not ",
+          spec.num_shards(), ")");
     }
     if (!(spec.heartbeat_interval_s() > 0)) {
-      return Bad("the task queue needs a positive heartbeat interval");
+      return InvalidArgument("the task queue needs a positive heartbeat interval");
     }
   }
   if (spec.mode() == "sync" && !spec.task_queue() && spec.total_steps() < 1) {
-    return Bad("sync mode needs the job's total_steps");
+    return InvalidArgument("sync mode needs the job's total_steps");
   }
   return absl::OkStatus();
 }
@@ -136,11 +132,11 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
 absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
   const auto [begin, end] = ShardRange(spec);
   const std::string where = absl::StrCat(spec.data(), " records [", begin, ", ", end, ")");
-  if (data.size() == 0) return Bad(where, ": no examples to train on");
+  if (data.size() == 0) return InvalidArgument(where, ": no examples to train on");
   const ModelSpec& m = spec.model();
   if (data.dense_dim != m.dense_features()) {
-    return Bad("model ", m.kind(), " has ", m.dense_features(), " dense inputs; ", where, " has ",
-               data.dense_dim, " dense features");
+    return InvalidArgument("model ", m.kind(), " has ", m.dense_features(), " dense inputs; ",
+                           where, " has ", data.dense_dim, " dense features");
   }
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(ModelConfigOf(m));
   if (!model.ok()) return model.status();
@@ -148,8 +144,8 @@ absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
     for (int64_t r = 0; r < data.size(); ++r) {
       const float l = data.labels[r];
       if (!(l >= 0 && l < m.num_classes() && l == std::floor(l))) {
-        return Bad(where, ": label ", l, " of example ", r, " is not a class in [0, ",
-                   m.num_classes(), ")");
+        return InvalidArgument(where, ": label ", l, " of example ", r, " is not a class in [0, ",
+                               m.num_classes(), ")");
       }
     }
   }
