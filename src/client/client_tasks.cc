@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "common/limits.h"
 
 namespace pstrain {
 namespace {
@@ -31,7 +32,7 @@ std::vector<int64_t> Task::Rows() const {
 
 int64_t Task::num_batches() const {
   if (batch_size < 1 || end <= begin) return 0;
-  return (end - begin + batch_size - 1) / batch_size;
+  return CeilDiv(end - begin, batch_size);
 }
 
 std::vector<int64_t> Task::Batch(int64_t k) const {

@@ -33,7 +33,7 @@ bool JobConfig::BuiltInModel() const { return model != "external"; }
 
 int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
   const int64_t workers = std::max(num_workers, 1);
-  const int64_t share = (rows + 8 * workers - 1) / (8 * workers);
+  const int64_t share = CeilDiv(rows, 8 * workers);
   if (!BuiltInModel()) {
     // Client programs: no queue without --rows (or with --task_rows 0); auto is an eighth of a
     // worker's share (their batch size is theirs).
@@ -43,7 +43,7 @@ int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
   if (task_rows >= 0) return task_rows;
   const int64_t b = batch_size;
   const int64_t t = std::min(200 * b, share);
-  return std::max(b, (t + b - 1) / b * b);
+  return std::max(b, CeilDiv(t, b) * b);
 }
 
 absl::Status JobConfig::Validate() const {

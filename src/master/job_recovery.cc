@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "master/job.h"
 #include "spdlog/spdlog.h"
 
@@ -24,7 +25,7 @@ void DropWatermarks(LoadedCheckpoint* ckpt) {
 std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
                             const LedgerShape& shape, int batch, int64_t shards, int64_t tables,
                             const std::function<int64_t(int epoch, int64_t task)>& batches_of) {
-  const int64_t tasks_per_epoch = (shape.rows + shape.task_rows - 1) / shape.task_rows;
+  const int64_t tasks_per_epoch = CeilDiv(shape.rows, shape.task_rows);
   int64_t shards_seen = 0, tables_seen = 0;
   for (size_t p = 0; p < applied.size(); ++p) {
     const std::pair<const char*, const google::protobuf::RepeatedPtrField<AppliedTasks>*> kinds[] =
@@ -45,7 +46,7 @@ std::string CheckWatermarks(const std::vector<AppliedTasksResponse>& applied,
         for (int e = 0; e < shape.epochs; ++e) {
           for (int64_t t = 0; t < tasks_per_epoch; ++t) {
             const int64_t rows = std::min(shape.task_rows, shape.rows - t * shape.task_rows);
-            const int64_t want = batches_of ? batches_of(e, t) : (rows + batch - 1) / batch;
+            const int64_t want = batches_of ? batches_of(e, t) : CeilDiv(rows, batch);
             const auto it = marks.find({e, t});
             const int64_t got = it == marks.end() ? 0 : it->second;
             if (got != want) {
@@ -83,7 +84,7 @@ absl::Status Job::EnableTasks() {
   coordinator_->SetTaskSeed(config_.seed);
   const LedgerShape shape = Shape();
   spdlog::info("task queue on ({} tasks of {} rows per epoch): recovery on",
-               (shape.rows + task_rows_ - 1) / task_rows_, task_rows_);
+               CeilDiv(shape.rows, task_rows_), task_rows_);
   return absl::OkStatus();
 }
 

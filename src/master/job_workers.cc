@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_manifest.h"
+#include "common/limits.h"
 #include "master/job.h"
 #include "master/progress.h"
 #include "master/specs.h"
@@ -34,11 +35,11 @@ int64_t Job::SyncSteps() const {
         config_.replicas_to_aggregate > 0 ? config_.replicas_to_aggregate : workers;
     int64_t batches = 0;
     for (int64_t begin = 0; begin < n; begin += task_rows_) {
-      batches += (std::min(task_rows_, n - begin) + b - 1) / b;
+      batches += CeilDiv(std::min(task_rows_, n - begin), b);
     }
-    return config_.epochs * ((batches + replicas - 1) / replicas);
+    return config_.epochs * CeilDiv(batches, replicas);
   }
-  return config_.epochs * (((n + workers - 1) / workers + b - 1) / b);
+  return config_.epochs * CeilDiv(CeilDiv(n, workers), b);
 }
 
 int64_t Job::GlobalSteps() const {
@@ -46,12 +47,12 @@ int64_t Job::GlobalSteps() const {
   const int64_t n = model_job_->train_records(), b = config_.batch_size;
   // The pieces the data is cut into: tasks, or one shard per worker.
   const int64_t pieces =
-      task_rows_ > 0 ? (n + task_rows_ - 1) / task_rows_ : static_cast<int64_t>(workers_.size());
+      task_rows_ > 0 ? CeilDiv(n, task_rows_) : static_cast<int64_t>(workers_.size());
   int64_t steps = 0;
   for (int64_t p = 0; p < pieces; ++p) {
     const int64_t rows = task_rows_ > 0 ? std::min(task_rows_, n - p * task_rows_)
                                         : n * (p + 1) / pieces - n * p / pieces;
-    steps += config_.epochs * ((rows + b - 1) / b);
+    steps += config_.epochs * CeilDiv(rows, b);
   }
   return steps;
 }

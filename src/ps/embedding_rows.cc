@@ -5,6 +5,8 @@
 #include <cassert>
 #include <new>
 
+#include "common/limits.h"
+
 namespace pstrain {
 
 RowStore::RowStore(int floats_per_row, bool step_counts, bool ordered, int64_t slots_per_chunk)
@@ -89,8 +91,7 @@ void RowStore::Append(uint32_t slot) {
 }
 
 int64_t RowStore::SlotBytes(int floats_per_row, bool step_counts) {
-  return int64_t{floats_per_row} * int64_t{sizeof(float)} +
-         int64_t{sizeof(uint64_t) + sizeof(SlotMeta)} +
+  return int64_t{floats_per_row} * kFloatBytes + int64_t{sizeof(uint64_t) + sizeof(SlotMeta)} +
          (step_counts ? int64_t{sizeof(uint32_t)} : 0);
 }
 
@@ -119,7 +120,7 @@ int64_t RowStore::bytes() const {
 int64_t RowStore::BytesBound(int64_t rows, int floats_per_row, bool step_counts,
                              int64_t slots_per_chunk) {
   if (rows <= 0) return static_cast<int64_t>(sizeof(RowStore));
-  const int64_t chunks = (rows + slots_per_chunk - 1) / slots_per_chunk;
+  const int64_t chunks = CeilDiv(rows, slots_per_chunk);
   // The chunk list grows by doubling: at most twice the chunks it holds.
   return chunks * (slots_per_chunk * SlotBytes(floats_per_row, step_counts) + 64) +
          IndexBytes(IndexCapacityBound(rows)) +

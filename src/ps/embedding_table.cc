@@ -101,7 +101,7 @@ class Table final : public EmbeddingTable {
 
   uint64_t Lookup(const uint64_t* keys, int64_t n, float* out) override {
     keys_looked_up_.fetch_add(n, std::memory_order_relaxed);
-    const int64_t row_bytes = int64_t{dim_} * int64_t{sizeof(float)};
+    const int64_t row_bytes = int64_t{dim_} * kFloatBytes;
     {
       // Under the shared lock while every key has a row, so lookups run concurrently; the first
       // key without one sends the whole batch to the exclusive path below.
@@ -196,7 +196,7 @@ class Table final : public EmbeddingTable {
     s.set_version(version_);
     s.set_rows(rows_.rows());
     s.set_bytes(BytesLocked());
-    s.set_payload_bytes_per_row(int64_t{fpr_} * int64_t{sizeof(float)});
+    s.set_payload_bytes_per_row(int64_t{fpr_} * kFloatBytes);
     s.set_keys_looked_up(keys_looked_up_.load(std::memory_order_relaxed));
     s.set_admitted(counters_.admitted);
     s.set_filtered_lookups(counters_.filtered_lookups);
@@ -398,7 +398,7 @@ class Table final : public EmbeddingTable {
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     const auto [lr, gs] = RateAndScale(n, grads);
     int64_t bad = -1;
-    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, false,
+    ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, false,
                [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
                  if (slot == RowStore::kNil) return true;
                  const uint32_t t = rule_ == Rule::kAdam ? rows_.step_count(slot) + 1 : 0;
@@ -421,7 +421,7 @@ class Table final : public EmbeddingTable {
     const auto [lr, gs] = RateAndScale(n, grads);
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
-    ForEachKey(keys, n, int64_t{fpr_} * int64_t{sizeof(float)}, evicts_,
+    ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, evicts_,
                [&](int64_t i, uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                  if (slot == RowStore::kNil) return true;
                  // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
