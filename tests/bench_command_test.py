@@ -161,7 +161,7 @@ def test_memory_rows_have_ratios_to_the_variable_and_its_slots(run):
         assert r[10] == "<= 1.2x (serving)" and r[11] in ("yes", "no"), r
 
 
-@pytest.mark.parametrize("flag,value", [("--transports", "grpc,tcp"), ("--sections", "io"),
+@pytest.mark.parametrize("flag,value", [("--transports", "grpc,rdma"), ("--sections", "io"),
                                         ("--sizes", "16MB,3MB")])
 def test_bad_flags_are_refused(flag, value):
     p = subprocess.run([BINARY, "bench", flag, value], capture_output=True, text=True, timeout=60)

@@ -170,7 +170,7 @@ TEST(ClientAsyncTest, UnknownPushDtypeIsRefusedAtConnect) {
   EXPECT_THAT(c.status().message(), HasSubstr("float8"));
 }
 
-TEST(ClientAsyncTest, UnknownTransportAndUcxUnderTlsAreRefusedAtConnect) {
+TEST(ClientAsyncTest, UnknownTransportAndTcpOrUcxUnderTlsAreRefusedAtConnect) {
   auto refused = [](const ClientOptions& o) {
     absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
     EXPECT_FALSE(c.ok());
@@ -178,17 +178,21 @@ TEST(ClientAsyncTest, UnknownTransportAndUcxUnderTlsAreRefusedAtConnect) {
     return std::string(c.status().message());
   };
   const ClientOptions o{.chief = "127.0.0.1:1", .task = 0, .timeout = absl::Seconds(1)};
-  ClientOptions tcp = o;
-  tcp.transport = "tcp";
-  EXPECT_THAT(refused(tcp), HasSubstr("client options: transport: unknown transport \"tcp\""));
+  ClientOptions rdma = o;
+  rdma.transport = "rdma";
+  EXPECT_THAT(refused(rdma), HasSubstr("client options: transport: unknown transport \"rdma\""));
   setenv("PSTRAIN_TRANSPORT", "rdma", 1);
   EXPECT_THAT(refused(o), HasSubstr("PSTRAIN_TRANSPORT: unknown transport \"rdma\""));
   unsetenv("PSTRAIN_TRANSPORT");
-  // UCX traffic is not encrypted: with TLS on, "ucx" is refused (and "auto" means gRPC).
+  // TCP and UCX traffic is not encrypted: with TLS on, "tcp" and "ucx" are refused (and "auto"
+  // means gRPC).
   SetSecurity(Security{.cert = "cert", .key = "key"});
   ClientOptions ucx = o;
   ucx.transport = "ucx";
   EXPECT_THAT(refused(ucx), HasSubstr("ucx cannot be used with TLS"));
+  ClientOptions tcp = o;
+  tcp.transport = "tcp";
+  EXPECT_THAT(refused(tcp), HasSubstr("tcp cannot be used with TLS"));
   SetSecurity(Security{});
 }
 

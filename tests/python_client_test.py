@@ -127,10 +127,11 @@ DATA_PLANE_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("transport", [None, "ucx", "auto"])
+@pytest.mark.parametrize("transport", [None, "ucx", "auto", "tcp"])
 def test_launch_gives_a_worker_command_its_transport(tmp_path, transport):
     # `pstrain launch --transport T -- COMMAND`: the script's Client takes T from
-    # PSTRAIN_TRANSPORT, and its channel to the PS is UCX for ucx and auto (the PS serve UCX).
+    # PSTRAIN_TRANSPORT, and its channel to the PS is UCX for ucx and auto (the PS serve UCX),
+    # TCP for tcp.
     tag = "%d-%s" % (os.getpid(), transport)
     out = tmp_path / "data_plane.json"
     argv = [BINARY, "launch", "--ps", "1", "--workers", "1"]
@@ -149,12 +150,12 @@ def test_launch_gives_a_worker_command_its_transport(tmp_path, transport):
     got = json.loads(out.read_text())
     assert got["env"] == (transport or "grpc")
     assert got["before"] == [""]
-    assert got["after"] == ["grpc" if transport is None else "ucx"]
+    assert got["after"] == [{None: "grpc", "tcp": "tcp"}.get(transport, "ucx")]
 
 
 def test_an_unknown_transport_is_refused_at_connect():
-    with pytest.raises(errors.InvalidArgumentError, match='unknown transport "tcp"'):
-        pstrain.Client.connect(chief="127.0.0.1:1", task=0, timeout=1.0, transport="tcp")
+    with pytest.raises(errors.InvalidArgumentError, match='unknown transport "rdma"'):
+        pstrain.Client.connect(chief="127.0.0.1:1", task=0, timeout=1.0, transport="rdma")
 
 
 def test_pulled_arrays_outlive_the_client(make_cluster):

@@ -1,6 +1,6 @@
-// `--transport` on a whole local cluster of real processes (`pstrain launch`): with ucx the PS
-// serves UCX beside gRPC and the job trains as on gRPC; TLS refuses ucx (UCX traffic is not
-// encrypted) and keeps auto on gRPC, by the rule of docs/transport_ucx.md.
+// `--transport` on a whole local cluster of real processes (`pstrain launch`): with ucx or tcp
+// the PS serves that carrier beside gRPC and the job trains as on gRPC; TLS refuses ucx and tcp
+// (neither is encrypted) and keeps auto on gRPC, by the rule of docs/transport_ucx.md.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,9 +19,9 @@ using namespace pstrain::testing;
 
 class TransportClusterTest : public ProcessTest {
  protected:
-  Result Launch(const std::vector<std::string>& flags) {
+  Result Launch(const std::vector<std::string>& flags, const std::string& tasks = "1") {
     std::vector<std::string> argv = {
-        PSTRAIN_BINARY, "launch",   "--ps",      "1",        "--workers",   "1",      "--hidden",
+        PSTRAIN_BINARY, "launch",   "--ps",      tasks,      "--workers",   tasks,    "--hidden",
         "16",           "--batch",  "128",       "--epochs", "1",           "--mode", "async",
         "--data",       MnistDir(), "--log_dir", dir_,       "--log_level", "info"};
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -44,10 +44,31 @@ TEST_F(TransportClusterTest, UcxServesTheDataPlaneAndTheJobTrains) {
   EXPECT_THAT(Log("ps-0"), HasSubstr("ps:0 serving UCX to the workers of its host"));
 }
 
+// Two PS, so that each worker's data plane reaches two ports of its own beside gRPC.
+TEST_F(TransportClusterTest, TcpServesTheDataPlaneAndTheJobTrains) {
+  const Result r = Launch({"--transport", "tcp"}, /*tasks=*/"2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json result = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+  EXPECT_EQ(result["examples"], 60000);
+  EXPECT_GT(result["test_accuracy"].get<double>(), 0.8);
+  for (const char* ps : {"ps-0", "ps-1"}) {
+    const std::string log = Log(ps);
+    EXPECT_THAT(log, HasSubstr("serving the TCP data plane on port"));
+    // Every pull and push of both workers went over it: none is left to gRPC.
+    EXPECT_THAT(log, ::testing::ContainsRegex("served [1-9][0-9]* pulls and pushes over "
+                                              "[1-9][0-9]* connections"))
+        << log;
+  }
+}
+
 TEST_F(TransportClusterTest, TlsRefusesUcxAndKeepsAutoOnGrpc) {
   const Result refused = Launch({"--transport", "ucx", "--tls"});
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_THAT(refused.err, HasSubstr("--transport ucx cannot be used with TLS"));
+
+  const Result tcp = Launch({"--transport", "tcp", "--tls"});
+  EXPECT_NE(tcp.exit_code, 0);
+  EXPECT_THAT(tcp.err, HasSubstr("--transport tcp cannot be used with TLS"));
 
   const Result kept = Launch({"--transport", "auto", "--tls"});
   ASSERT_EQ(kept.exit_code, 0) << kept.err;

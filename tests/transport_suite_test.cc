@@ -31,7 +31,7 @@ class Ps {
     absl::StatusOr<std::unique_ptr<PsServer>> created =
         PsServer::Create({.task = 0,
                           .name = "ps:0",
-                          .transport = transport == "ucx" ? "ucx" : "grpc",
+                          .transport = transport == "grpc" ? "grpc" : transport,
                           .on_shutdown = nullptr});
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) return;
@@ -226,7 +226,7 @@ TEST_P(TransportSuite, SspHoldsAWorkerTooFarAhead) {
 }
 
 // Every transport of src/transport.
-INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite, ::testing::Values("grpc", "ucx"),
+INSTANTIATE_TEST_SUITE_P(Transports, TransportSuite, ::testing::Values("grpc", "tcp", "ucx"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -161,7 +161,7 @@ TEST(UcxTransport, AWrongOrMissingTokenIsRefusedAndNothingApplied) {
 }
 
 TEST(UcxTransport, APsWithoutUcxIsAFailedPrecondition) {
-  LocalPs ps(/*ucx=*/false);
+  LocalPs ps("grpc");
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);
   EXPECT_EQ(ch.status().code(), absl::StatusCode::kFailedPrecondition) << ch.status();
@@ -188,7 +188,7 @@ TEST(UcxTransport, APsOnAnotherHostIsRefusedNamingWhy) {
 }
 
 TEST(UcxTransport, AStoppedUcxServerIsUnavailable) {
-  LocalPs ps(/*ucx=*/false);
+  LocalPs ps("grpc");
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   std::unique_ptr<DataHandler> handler = MakeDataHandler(ps.ps);
   absl::StatusOr<std::unique_ptr<UcxServer>> gone = UcxServer::Start(handler.get());
@@ -234,7 +234,7 @@ TEST(UcxTransport, AutoFallsBackToGrpcWhereUcxIsMissingOrOnAnotherHost) {
 }
 
 TEST(UcxTransport, ACallPastItsDeadlineEndsAndLeavesItsBuffersAlone) {
-  LocalPs ps(/*ucx=*/true, "sync");
+  LocalPs ps("ucx", "sync");
   ASSERT_TRUE(ps.status.ok()) << ps.status;
   ps.Create("w", Tensor(std::vector<int64_t>{3}, 1.0f), 1.0);
   absl::StatusOr<std::unique_ptr<DataChannel>> ch = MakeUcxDataChannel(ps.address);

@@ -30,11 +30,11 @@ inline const Sender& Chief() {
   return *s;
 }
 
-// One PS task as the pstrain command assembles it: gRPC (for DataPlane) on 127.0.0.1 and, with
-// `ucx`, a UCX server.
+// One PS task as the pstrain command assembles it: gRPC (for DataPlane) on 127.0.0.1 and the
+// server of `transport` ("ucx", "tcp"; none for "grpc").
 struct LocalPs : ps_testing::LocalPs {
-  explicit LocalPs(bool ucx = true, const std::string& mode = "async")
-      : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1), 0, ucx ? "ucx" : "grpc") {
+  explicit LocalPs(const std::string& transport = "ucx", const std::string& mode = "async")
+      : ps_testing::LocalPs(ps_testing::Consistency(mode, 1, 1), 0, transport) {
     if (status.ok()) served = ps->DataPlane();
   }
   // Creates `name` with `init` and SGD at `lr`.
@@ -105,17 +105,19 @@ inline absl::Status PullFloats(DataChannel* ch, const std::vector<std::string>& 
   return Wait([&](DoneFn done) { ch->Pull(options, req, bytes, resp, std::move(done)); });
 }
 
-// A PS (LocalPs in `mode`, holding `variables` of zeros with SGD) in a child process, serving
-// until Stop or the child is killed. Fork it before this process starts gRPC or UCX.
+// A PS (LocalPs in `mode` over `transport`, holding `variables` of zeros with SGD) in a child
+// process, serving until Stop or the child is killed. Fork it before this process starts gRPC or
+// UCX.
 class ForkedPs {
  public:
-  ForkedPs(const std::string& mode, const std::vector<std::pair<std::string, int64_t>>& variables) {
+  ForkedPs(const std::string& mode, const std::vector<std::pair<std::string, int64_t>>& variables,
+           const std::string& transport = "ucx") {
     int to_parent[2], to_child[2];
     if (pipe(to_parent) != 0 || pipe(to_child) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       close(to_child[1]);
-      LocalPs ps(/*ucx=*/true, mode);
+      LocalPs ps(transport, mode);
       for (const auto& [name, floats] : variables) {
         ps.Create(name, Tensor(std::vector<int64_t>{floats}, 0.0f), 1.0);
       }

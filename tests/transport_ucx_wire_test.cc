@@ -144,7 +144,7 @@ TEST(UcxWire, MalformedRequestsAreRefusedAndNothingApplied) {
       {Header(WireMethod::kPush, head.size()), head + grad + "xx", "tensor bytes"},
       {Header(WireMethod::kPush, PushHead(-4).size()), PushHead(-4), "negative"},
       {Header(WireMethod::kPush, 1000), head, "with a head of 1000"},
-      {Header(static_cast<WireMethod>(9), head.size()), head + grad, "unknown UCX request method"},
+      {Header(static_cast<WireMethod>(9), head.size()), head + grad, "unknown data-plane request method"},
       {Header(WireMethod::kPush, head.size(), 0x1234), head + grad, "malformed header"},
       {Header(WireMethod::kPull, 4), "\xff\xff\xff\xff", "PullRequest does not parse"},
   };

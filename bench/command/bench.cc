@@ -109,9 +109,9 @@ int BenchCommand::Run(const std::string& self) const {
     }
   }
   for (const std::string& t : o.transports) {
-    if (t != "grpc" && t != "ucx") {
+    if (t != "grpc" && t != "tcp" && t != "ucx") {
       std::cerr << "pstrain bench: error: unknown transport \"" << t
-                << "\" in --transports (grpc, ucx)\n";
+                << "\" in --transports (grpc, tcp, ucx)\n";
       return 2;
     }
   }

@@ -25,7 +25,7 @@ class BenchCommand {
   CLI::App* cmd_;
   std::string out_;
   bool quick_ = false;
-  std::string transports_ = "grpc,ucx";
+  std::string transports_ = "grpc,tcp,ucx";
   std::string sections_ = "transport,apply,e2e,memory";
   std::string sizes_;
   std::string data_ = "data/mnist";

@@ -21,7 +21,7 @@ namespace pstrain::bench {
 struct BenchOptions {
   std::string self;  // the pstrain binary
   bool quick = false;
-  std::vector<std::string> transports = {"grpc", "ucx"};
+  std::vector<std::string> transports = {"grpc", "tcp", "ucx"};
   std::vector<std::string> sections = {"transport", "apply", "e2e", "memory"};
   std::vector<std::string> sizes;  // transport sizes to measure ("16MB"); empty: all
   std::string data_dir = "data/mnist";

@@ -411,10 +411,10 @@ when the block raises.)")
 left None comes from TF_CONFIG. Waits until every task registered. `timeout` (seconds) bounds
 the wait to reach the chief and every later call. `push_dtype`: "float32", or "float16" or
 "bfloat16" to send dense gradients in half the bytes (rounded to nearest even; the PS keep
-float32). `transport`: the data plane to the PS, "grpc", "ucx" or "auto" (UCX where the PS
-serve it); "" takes PSTRAIN_TRANSPORT (which `pstrain launch` sets to its --transport), else
+float32). `transport`: the data plane to the PS, "grpc", "tcp", "ucx" or "auto" (UCX where
+the PS serve it); "" takes PSTRAIN_TRANSPORT (which `pstrain launch` sets to its --transport), else
 "grpc". DeadlineExceededError if the chief cannot be reached in time; InvalidArgumentError for
-a TF_CONFIG that does not parse, an unknown push_dtype or transport, or "ucx" with TLS.)")
+a TF_CONFIG that does not parse, an unknown push_dtype or transport, or "tcp" or "ucx" with TLS.)")
       .def("create_variable", &PyClient::CreateVariable, py::arg("name"), py::arg("shape"),
            py::arg("initializer") = py::none(), py::arg("optimizer") = py::none(),
            py::arg("partitioner") = "",

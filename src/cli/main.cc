@@ -121,10 +121,10 @@ const std::vector<std::string> kLogLevels = {"trace", "debug",    "info", "warn"
 
 // The fallback rule of docs/transport_ucx.md.
 constexpr char kTransportHelp[] =
-    "data plane of pulls and pushes: grpc; ucx (UCX: shared memory on one host, TCP between "
-    "hosts; an error naming UCX's reason if it cannot start or reach a PS; refused with TLS, "
-    "which does not cover UCX); auto (ucx where it works, else grpc with one warning; grpc "
-    "with TLS)";
+    "data plane of pulls and pushes: grpc; tcp (TCP connections of their own beside gRPC, on a "
+    "free port per PS; refused with TLS, which does not cover it); ucx (UCX over shared memory, "
+    "workers on the PS's host only; an error naming UCX's reason if it cannot start or reach a "
+    "PS; refused with TLS); auto (ucx where it works, else grpc with one warning; grpc with TLS)";
 
 }  // namespace
 
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   srv->add_option("--transport", server.transport, kTransportHelp)
-      ->check(CLI::IsMember({"grpc", "ucx", "auto"}))
+      ->check(CLI::IsMember({"grpc", "tcp", "ucx", "auto"}))
       ->capture_default_str();
   server_training.AddTo(srv);
 
@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   lch->add_option("--transport", launch.transport, std::string(kTransportHelp) + "; for every task")
-      ->check(CLI::IsMember({"grpc", "ucx", "auto"}))
+      ->check(CLI::IsMember({"grpc", "tcp", "ucx", "auto"}))
       ->capture_default_str();
   lch->add_flag("--restart_failed", launch.restart_failed,
                 "restart a task that dies while the job runs (--restart_failed=false: the job "

@@ -61,10 +61,11 @@ struct ClientOptions {
   // "bfloat16" for half the bytes (rounded to nearest even; the PS widen them back and keep
   // float32 variables). Push still takes float32 gradients. Sparse pushes stay float32.
   std::string push_dtype = "float32";
-  // The data plane to the PS (docs/transport_ucx.md): "grpc", "ucx" or "auto" (UCX where the
-  // PS serves it, else gRPC). Empty: the environment variable PSTRAIN_TRANSPORT, which
-  // `pstrain launch` sets to its --transport for the programs it runs, else "grpc". With TLS,
-  // "ucx" is refused (its traffic is not encrypted) and "auto" means "grpc".
+  // The data plane to the PS (docs/transport_tcp.md, transport_ucx.md): "grpc", "tcp", "ucx"
+  // or "auto" (UCX where the PS serves it, else gRPC). Empty: the environment variable
+  // PSTRAIN_TRANSPORT, which `pstrain launch` sets to its --transport for the programs it runs,
+  // else "grpc". With TLS, "tcp" and "ucx" are refused (their traffic is not encrypted) and "auto"
+  // means "grpc".
   std::string transport = {};
 
   // The options of the worker that the environment variable TF_CONFIG (TensorFlow's JSON
@@ -377,7 +378,7 @@ class Client {
 
   // The job's consistency mode, from the chief: "async", "sync" or "ssp".
   const std::string& mode() const;
-  // Per PS task, the transport its data channel took ("grpc" or "ucx"); "" before the first
+  // Per PS task, the transport its data channel took ("grpc", "tcp" or "ucx"); "" before the first
   // Pull or Push made it (and after a CreateVariable, until the next).
   std::vector<std::string> data_plane() const;
   // The number of PS tasks, from the chief.

@@ -99,10 +99,10 @@ class PsClient {
   // The element type gradients travel in: DT_FLOAT (the default), DT_HALF or DT_BFLOAT16
   // (common/half.h; the PS widens them to float32). Set it before the first Push.
   void set_push_dtype(DataType dtype) { push_dtype_ = dtype; }
-  // The transport of the data channels: "grpc", "ucx" or "auto" (MakeDataChannel); the
+  // The transport of the data channels: "grpc", "tcp", "ucx" or "auto" (MakeDataChannel); the
   // process's (GetTransportOptions) unless set before the first Pull or Push.
   void set_transport(std::string transport) { transport_ = std::move(transport); }
-  // Per PS task, the transport its data channel took ("grpc" or "ucx"), once made; "" for a
+  // Per PS task, the transport its data channel took ("grpc", "tcp" or "ucx"), once made; "" for a
   // task without one yet.
   std::vector<std::string> channel_transports() const;
 

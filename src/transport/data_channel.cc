@@ -6,6 +6,7 @@
 #include "common/security.h"
 #include "spdlog/spdlog.h"
 #include "transport/grpc_data_channel.h"
+#include "transport/tcp.h"
 #include "transport/transport.h"
 #include "transport/ucx.h"
 
@@ -32,9 +33,13 @@ TransportOptions GetTransportOptions() {
 
 absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
                                                    const std::string& source) {
-  if (asked != "grpc" && asked != "ucx" && asked != "auto") {
+  if (asked != "grpc" && asked != "ucx" && asked != "auto" && asked != "tcp") {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": unknown transport \"", asked, "\": grpc, ucx or auto"));
+        absl::StrCat(source, ": unknown transport \"", asked, "\": grpc, tcp, ucx or auto"));
+  }
+  if (asked == "tcp" && GetSecurity()->tls()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " tcp cannot be used with TLS: the TCP data plane is not encrypted (use grpc)"));
   }
   if (asked == "grpc" || !GetSecurity()->tls()) return asked;
   if (asked == "auto") return std::string("grpc");
@@ -47,6 +52,7 @@ absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,
                                                              const std::string& address) {
   if (transport == "ucx") return MakeUcxDataChannel(address);
+  if (transport == "tcp") return MakeTcpDataChannel(address);
   if (transport == "auto") {  // UCX where it works, else gRPC (docs/transport_ucx.md)
     absl::StatusOr<std::unique_ptr<DataChannel>> ucx = MakeUcxDataChannel(address);
     if (ucx.ok()) return ucx;
@@ -58,7 +64,7 @@ absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& 
   }
   if (transport == "grpc") return MakeGrpcDataChannel(address);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport \"", transport, "\": grpc, ucx or auto"));
+      absl::StrCat("unknown transport \"", transport, "\": grpc, tcp, ucx or auto"));
 }
 
 }  // namespace pstrain

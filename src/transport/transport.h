@@ -6,8 +6,9 @@
 //   DataHandler  what a transport's server calls for the requests it receives (the PS, over
 //                ParameterServer: ps/ps.h MakeDataHandler).
 // Implementations: "grpc" (grpc_data_channel.h: the tensors as gRPC slices over their own memory,
-// chunked streams past one message) and "ucx" (ucx.h: UCX, shared memory between processes of
-// one host only). MakeDataChannel picks one by name; DataPlaneServer starts a PS's server ends.
+// chunked streams past one message), "tcp" (tcp.h: TCP connections of their own) and "ucx"
+// (ucx.h: UCX, shared memory between processes of one host only). MakeDataChannel picks one by
+// name; DataPlaneServer starts a PS's server ends.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +65,7 @@ class DataChannel {
   // every dest[i] stay valid until `done` runs.
   virtual void Pull(const CallOptions& options, const PullRequest& req,
                     std::vector<MutableBytes> dest, PullResponse* resp, DoneFn done) = 0;
-  // "grpc" or "ucx".
+  // "grpc", "tcp" or "ucx".
   virtual const char* name() const = 0;
 };
 
@@ -96,8 +97,9 @@ class DataHandler {
 // streams) and, for "ucx" or "auto", a UCX server for the workers of this host.
 class DataPlaneServer {
  public:
-  // `transport` as --transport: "grpc"; "ucx" (an error naming UCX's reason if it cannot
-  // start); "auto" (UCX if it starts, else one warning naming `task` and gRPC only).
+  // `transport` as --transport: "grpc"; "tcp" (a TCP listener, tcp.h; an error naming why if
+  // it cannot listen); "ucx" (an error naming UCX's reason if it cannot start); "auto" (UCX if
+  // it starts, else one warning naming `task` and gRPC only).
   // InvalidArgument for another name.
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(DataHandler* handler,
                                                                 const std::string& transport,
@@ -106,24 +108,25 @@ class DataPlaneServer {
   virtual ~DataPlaneServer() = default;
   // Owned here; the gRPC server they are registered on is shut down before this is destroyed.
   virtual std::vector<grpc::Service*> services() const = 0;
-  // What the PS's DataPlane RPC announces: the UCX server's address, or nothing on gRPC only.
+  // What the PS's DataPlane RPC announces: the UCX server's address or the TCP port, or nothing
+  // on gRPC only.
   virtual DataPlaneResponse data_plane() const = 0;
-  // Stops serving the carriers of its own (UCX); calls in flight end first. Idempotent.
+  // Stops serving the carriers of its own (TCP, UCX); calls in flight end first. Idempotent.
   virtual void Stop() = 0;
 };
 
 // Which transport the channels of this process use, and its settings. Set once at start from
 // the task's flags (`--transport`), before any channel is made; read by MakeDataChannel.
 struct TransportOptions {
-  std::string transport = "grpc";  // "grpc" or "ucx"
+  std::string transport = "grpc";  // "grpc", "tcp" or "ucx"
 };
 void SetTransportOptions(TransportOptions options);
 TransportOptions GetTransportOptions();
 
-// The transport a task asked for as `asked` ("grpc", "ucx" or "auto") under this process's
-// security (common/security.h): UCX traffic is not encrypted, so with TLS "ucx" is refused and
-// "auto" means "grpc". InvalidArgument naming `source` (the flag or variable it came from) for
-// an unknown name and for "ucx" with TLS.
+// The transport a task asked for as `asked` ("grpc", "tcp", "ucx" or "auto") under this
+// process's security (common/security.h): TCP and UCX traffic is not encrypted, so with TLS
+// "tcp" and "ucx" are refused and "auto" means "grpc". InvalidArgument naming `source` (the flag or
+// variable it came from) for an unknown name and for "ucx" with TLS.
 absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
                                                    const std::string& source);
 

@@ -59,11 +59,11 @@ absl::Status CheckRequest(const void* header, size_t header_length, uint64_t len
                           WireRequest* wire) {
   *wire = WireRequest();
   if (header_length < sizeof(*wire)) {
-    return absl::InvalidArgumentError("a UCX request shorter than its header");
+    return absl::InvalidArgumentError("a data-plane request shorter than its header");
   }
   std::memcpy(wire, header, sizeof(*wire));
   if (wire->magic != kWireMagic || header_length != sizeof(*wire) + wire->token_bytes) {
-    return absl::InvalidArgumentError("a UCX request with a malformed header");
+    return absl::InvalidArgumentError("a data-plane request with a malformed header");
   }
   const std::shared_ptr<const Security> security = GetSecurity();
   if (!security->token.empty() &&
@@ -74,17 +74,18 @@ absl::Status CheckRequest(const void* header, size_t header_length, uint64_t len
   }
   const auto method = static_cast<WireMethod>(wire->method);
   if (method != WireMethod::kPush && method != WireMethod::kPull && method != WireMethod::kHello) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown UCX request method ", wire->method));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown data-plane request method ", wire->method));
   }
   if (method == WireMethod::kHello &&
       (length != wire->head_bytes || length == 0 || length > kMaxWireAddressBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("a UCX hello with an address of ", length,
-                                                   " bytes (1 to ", kMaxWireAddressBytes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a data-plane hello of ", length, " bytes (1 to ", kMaxWireAddressBytes, ")"));
   }
   if (length > kMaxWireRequestBytes || wire->head_bytes > length ||
       wire->head_bytes > kMaxWireHeadBytes ||
       (method == WireMethod::kPull && length != wire->head_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("a UCX request of ", length,
+    return absl::InvalidArgumentError(absl::StrCat("a data-plane request of ", length,
                                                    " bytes with a head of ", wire->head_bytes,
                                                    " (at most ", kMaxWireRequestBytes, ")"));
   }
@@ -95,20 +96,20 @@ absl::Status ParseRequest(const WireRequest& wire, const char* data, uint64_t si
                           PullRequest* pull, PushRequest* push, std::vector<ConstBytes>* grads) {
   if (wire.head_bytes > size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a UCX request of ", size, " bytes with a head of ", wire.head_bytes));
+        absl::StrCat("a data-plane request of ", size, " bytes with a head of ", wire.head_bytes));
   }
   if (static_cast<WireMethod>(wire.method) == WireMethod::kPull) {
     if (!pull->ParseFromArray(data, wire.head_bytes)) {
-      return absl::InvalidArgumentError("a UCX Pull whose PullRequest does not parse");
+      return absl::InvalidArgumentError("a data-plane Pull whose PullRequest does not parse");
     }
     return absl::OkStatus();
   }
   if (static_cast<WireMethod>(wire.method) != WireMethod::kPush) {
     return absl::InvalidArgumentError(
-        absl::StrCat("UCX request method ", wire.method, " carries no Pull or Push"));
+        absl::StrCat("data-plane request method ", wire.method, " carries no Pull or Push"));
   }
   if (!push->ParseFromArray(data, wire.head_bytes)) {
-    return absl::InvalidArgumentError("a UCX Push whose PushRequest does not parse");
+    return absl::InvalidArgumentError("a data-plane Push whose PushRequest does not parse");
   }
   return SplitTensorBytes(*push, data + wire.head_bytes, size - wire.head_bytes, grads);
 }

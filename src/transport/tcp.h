@@ -1,0 +1,36 @@
+// The TCP transport: the data plane's bulk calls over plain TCP connections of their own, beside
+// the gRPC control plane, between hosts and on one host. A PS listens on a port of its own (any
+// free one, announced by the DataPlane RPC, which travels over gRPC behind the job token); a
+// client opens connections to it as its calls need them, says hello with the job token on each,
+// then sends its pushes from the gradients' memory and reads its pulls straight into their
+// destinations. Wire format, threads, limits and TLS: docs/transport_tcp.md.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "transport/transport.h"
+
+namespace pstrain {
+
+// A DataChannel to the PS whose gRPC server is at `address`: asks it (the DataPlane RPC) for its
+// TCP port and connects there, at the host of `address`. FailedPrecondition naming the PS if it
+// serves no TCP data plane; Unavailable if it cannot be reached (within 10 s). Calls' `done` run
+// on the channel's threads: do not destroy the channel in one. CallOptions::wait_for_ready has
+// no effect: a lost connection is made again by the next call.
+absl::StatusOr<std::unique_ptr<DataChannel>> MakeTcpDataChannel(const std::string& address);
+
+// A TCP listener serving `handler` on every interface, at a free port. Thread-safe.
+class TcpServer {
+ public:
+  // `handler` is not owned and must outlive the server. Unavailable naming the system's reason
+  // if the port cannot be opened.
+  static absl::StatusOr<std::unique_ptr<TcpServer>> Start(DataHandler* handler);
+  virtual ~TcpServer() = default;
+  virtual int port() const = 0;
+  // Stops listening and ends every connection; calls in flight end first. Idempotent.
+  virtual void Stop() = 0;
+};
+
+}  // namespace pstrain
