@@ -16,12 +16,13 @@ namespace pstrain {
 
 // A DataChannel to the PS whose gRPC server is at `address`: asks it (the DataPlane RPC) for its
 // TCP port and connects there, at the host of `address`. FailedPrecondition naming the PS if it
-// serves no TCP data plane; Unavailable if it cannot be reached (within 10 s). Calls' `done` run
+// serves no TCP data plane; DeadlineExceeded if its gRPC server does not answer within 10 s,
+// Unavailable if its TCP port cannot be reached. Calls' `done` run
 // on the channel's threads: do not destroy the channel in one. CallOptions::wait_for_ready has
 // no effect: a lost connection is made again by the next call.
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeTcpDataChannel(const std::string& address);
 
-// A TCP listener serving `handler` on every interface, at a free port. Thread-safe.
+// A TCP listener serving `handler` on every interface, at a free port.
 class TcpServer {
  public:
   // `handler` is not owned and must outlive the server. Unavailable naming the system's reason
@@ -29,7 +30,8 @@ class TcpServer {
   static absl::StatusOr<std::unique_ptr<TcpServer>> Start(DataHandler* handler);
   virtual ~TcpServer() = default;
   virtual int port() const = 0;
-  // Stops listening and ends every connection; calls in flight end first. Idempotent.
+  // Stops listening and ends every connection at once (a call in flight ends UNAVAILABLE at its
+  // client), after the handler's calls running on them return. Idempotent; from one thread.
   virtual void Stop() = 0;
 };
 

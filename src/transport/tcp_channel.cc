@@ -210,14 +210,26 @@ absl::Status TcpChannel::Open(Conn* conn, absl::Time deadline) {
 
 absl::Status TcpChannel::Run(Conn* conn, Call* call) {
   const TcpWait wait{.deadline = call->options.deadline, .canceller = call->options.canceller};
-  if (wait.canceller != nullptr && wait.canceller->cancelled()) {
-    return absl::CancelledError("cancelled before it was sent");
-  }
-  if (!conn->socket.valid()) {
-    if (absl::Status s = Open(conn, std::min(wait.deadline, absl::Now() + kConnectTimeout));
-        !s.ok()) {
-      return s;
+  // A call that waited for a connection past its deadline, or was cancelled meanwhile, is not
+  // sent: the PS must not apply what the caller was told failed.
+  auto expired = [&]() -> absl::Status {
+    if (wait.canceller != nullptr && wait.canceller->cancelled()) {
+      return absl::CancelledError("cancelled before it was sent");
     }
+    if (absl::Now() >= wait.deadline) {
+      return absl::DeadlineExceededError("the deadline passed before it was sent");
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = expired(); !s.ok()) return s;
+  if (!conn->socket.valid()) {
+    absl::Status s = Open(conn, std::min(wait.deadline, absl::Now() + kConnectTimeout));
+    if (absl::IsDeadlineExceeded(s) && absl::Now() < wait.deadline) {
+      // The PS did not answer within the connect timeout, not the call's: unreachable.
+      s = absl::UnavailableError(s.message());
+    }
+    if (!s.ok()) return s;
+    if (s = expired(); !s.ok()) return s;
   }
   std::string head;
   if (call->method == WireMethod::kPush) {
@@ -283,6 +295,8 @@ absl::Status TcpChannel::Exchange(Conn* conn, WireMethod method, const std::stri
   wire.method = static_cast<uint32_t>(method);
   {
     absl::MutexLock lock(&mu_);
+    // A channel being destroyed sends nothing more (its destructor waits for this thread).
+    if (stop_) return absl::CancelledError("the channel was closed");
     wire.id = next_id_++;
   }
   wire.token_bytes = static_cast<uint32_t>(token_.size());
@@ -313,9 +327,9 @@ absl::Status TcpChannel::Exchange(Conn* conn, WireMethod method, const std::stri
     return s;
   }
   if (in.code != 0) {
-    // The PS's refusal, which carries no tensor bytes; the connection goes on serving unless
-    // the PS closes it (after a request it could not read), which the next call finds.
-    *broken = in.tensor_bytes != 0;
+    // The PS's refusal: it may close the connection after it (a frame it could not read), so
+    // the next call connects again rather than find out.
+    *broken = true;
     return absl::Status(static_cast<absl::StatusCode>(in.code), message);
   }
   std::vector<iovec> into;

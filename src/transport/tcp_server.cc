@@ -152,6 +152,7 @@ void TcpServerImpl::Serve(TcpSocket* socket) {
   while (s.ok() && !stopped_) {
     s = Read(socket, /*hello=*/false, &req);
     if (!s.ok()) break;
+    if (req.head.capacity() > (1 << 20)) req.head = std::string();  // not kept between requests
     if (req.refused) continue;
     s = static_cast<WireMethod>(req.wire.method) == WireMethod::kPush ? Push(socket, req)
                                                                       : Pull(socket, req);
@@ -167,7 +168,10 @@ absl::Status TcpServerImpl::Read(TcpSocket* socket, bool hello, Request* req) {
   absl::Status s =
       socket->ReadFull(&frame, 1, {.deadline = hello ? hello_by : absl::InfiniteFuture()});
   if (!s.ok()) return s;
-  const TcpWait rest{.deadline = hello ? hello_by : absl::Now() + kTcpFrameTimeout};
+  // The hello whole by its time; a later frame's rest while its bytes keep moving.
+  const TcpWait rest =
+      hello ? TcpWait{.deadline = hello_by}
+            : TcpWait{.deadline = absl::Now() + kTcpFrameTimeout, .idle = kTcpFrameTimeout};
   s = socket->ReadFull(reinterpret_cast<char*>(&frame) + 1, sizeof(frame) - 1, rest);
   if (!s.ok()) return s;
   if (frame.magic != kTcpMagic || frame.header_bytes > kMaxTcpHeaderBytes ||
@@ -318,7 +322,8 @@ absl::Status TcpServerImpl::Answer(TcpSocket* socket, uint64_t id, const absl::S
                             {message.data(), message.size()},
                             {const_cast<char*>(head.data()), head.size()}};
   iov.insert(iov.end(), tensors.begin(), tensors.end());
-  return socket->WriteAll(std::move(iov), {.deadline = absl::Now() + kTcpFrameTimeout});
+  return socket->WriteAll(std::move(iov),
+                          {.deadline = absl::Now() + kTcpFrameTimeout, .idle = kTcpFrameTimeout});
 }
 
 }  // namespace

@@ -142,8 +142,9 @@ absl::Status TcpSocket::WriteAll(std::vector<iovec> iov, const TcpWait& wait) {
   return Transfer(/*send=*/true, std::move(iov), wait);
 }
 
-absl::Status TcpSocket::Transfer(bool send, std::vector<iovec> iov, const TcpWait& wait) {
+absl::Status TcpSocket::Transfer(bool send, std::vector<iovec> iov, const TcpWait& given) {
   const char* what = send ? "sending" : "receiving";
+  TcpWait wait = given;
   size_t first = 0;
   Consume(&iov, &first, 0);
   while (first < iov.size()) {
@@ -153,6 +154,7 @@ absl::Status TcpSocket::Transfer(bool send, std::vector<iovec> iov, const TcpWai
     const ssize_t n = send ? sendmsg(fd_, &m, MSG_NOSIGNAL) : recvmsg(fd_, &m, 0);
     if (n > 0) {
       Consume(&iov, &first, static_cast<size_t>(n));
+      if (wait.idle != absl::InfiniteDuration()) wait.deadline = absl::Now() + wait.idle;
       continue;
     }
     if (n == 0 && !send) {

@@ -18,9 +18,12 @@
 namespace pstrain {
 
 // How long one transfer may take: until `deadline`, and until `canceller` (not owned; may be
-// null) is cancelled, which is looked at every 100 ms while the transfer waits.
+// null) is cancelled, which is looked at every 100 ms while the transfer waits. With `idle`, the
+// deadline moves to `idle` past the last byte moved, so a large transfer that keeps moving is
+// never cut off, and one that stalls is.
 struct TcpWait {
   absl::Time deadline = absl::InfiniteFuture();
+  absl::Duration idle = absl::InfiniteDuration();
   CallCanceller* canceller = nullptr;
 };
 
