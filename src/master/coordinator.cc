@@ -1,6 +1,7 @@
 #include "master/coordinator.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -248,6 +249,18 @@ absl::Status Coordinator::Report(const ProgressRequest& req, bool* stop) {
       req.stale_dropped() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " from ", TaskName(s.job(), s.task()), ": negative epoch or count"));
+  }
+  // The chief sums the counts of up to kMaxTasks workers: each is bounded so the sums cannot
+  // overflow (no job steps or reads 2^50 of anything).
+  constexpr int64_t kMaxProgressCount = int64_t{1} << 50;
+  static_assert(kMaxProgressCount < INT64_MAX / (kMaxTasks + 1));
+  for (const int64_t n :
+       std::initializer_list<int64_t>{req.epoch(), req.steps(), req.examples(),
+                                      req.nonfinite_skipped(), req.stale_dropped()}) {
+    if (n > kMaxProgressCount) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " from ", TaskName(s.job(), s.task()),
+                                                     ": a count of ", n, " is past 2^50"));
+    }
   }
   Finished finished;
   {
