@@ -9,7 +9,7 @@
 #   cluster_test       one whole MNIST job through `pstrain launch` (chief, 2 PS, 2 workers) and
 #                      one from TF_CONFIG: the training path end to end
 #   badinput_test      every refusal of bad flags, TF_CONFIG, data and ports: the error paths
-#   py_grpc_probe_test oversized, forged and 1,000 random requests to every method of the
+#   py_grpc_probe_test oversized, forged and 300 random requests to every method of the
 #                      three services: the parsers a peer reaches (the Python client is not
 #                      instrumented; only the pstrain servers it probes are)
 # The other Python tests load the pybind11 extension, which under ASan needs libasan preloaded

@@ -22,7 +22,9 @@ from probe.cluster import BIG_ELEMENTS, END_BARRIER, TABLE_KEYS, TABLES, Cluster
 from probe.wire import REFUSALS, pb
 
 SEED = int(os.environ.get("PSTRAIN_PROBE_SEED", "20240606"))
-PAYLOADS_PER_METHOD = 1000
+# 300 per method in the suite (about 11,000 requests over the three services); a deeper run sets
+# PSTRAIN_PROBE_PAYLOADS (and PSTRAIN_PROBE_SEED for other bytes).
+PAYLOADS_PER_METHOD = int(os.environ.get("PSTRAIN_PROBE_PAYLOADS", "300"))
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 GARBAGE = b"\xff\xff\xff\xff\x0f"  # a field tag past the largest field number: never parses
