@@ -1,5 +1,5 @@
-"""Start-up under load: 50 `pstrain launch` runs in a row while both cores are busy must all
-start, train and print their result.
+"""Start-up under load: 30 `pstrain launch` runs in a row while both cores are busy must all
+start, train and print their result (PSTRAIN_STRESS_RUNS sets another count for a deeper run).
 
 A loaded 2-core machine used to fail about one run in ten at start-up (a connect that timed out
 before the peer was ready). Busy-loop processes take every core for the whole test.
@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-RUNS = 50
+RUNS = int(os.environ.get("PSTRAIN_STRESS_RUNS", "30"))
 RUN_TIMEOUT_S = 120
 BINARY = os.environ.get("PSTRAIN_BINARY", "")
 SOURCE_DIR = os.environ.get("PSTRAIN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
@@ -29,7 +29,7 @@ def result_line(stdout):
     return None
 
 
-def test_fifty_launches_on_a_loaded_machine_all_finish():
+def test_launches_on_a_loaded_machine_all_finish():
     assert BINARY and os.path.exists(BINARY), "PSTRAIN_BINARY=%r is not built" % BINARY
     data = os.path.join(SOURCE_DIR, "data", "mnist")
     assert os.path.isdir(data), "%s is missing: run scripts/setup.sh" % data
