@@ -142,9 +142,11 @@ PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool bloc
   // its clock: only workers still training hold it back; a push in flight counts.
   const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
   const int64_t clock = mode_ == "ssp" ? pushes_ + (push_in_flight_ != nullptr ? 1 : 0) : 0;
-  // The other client than the one pushes go through: the values in hand and the versions
-  // their push is tagged with stay as they are while this pull is in flight.
-  const int target = 1 - current_;
+  // A blocking pull with no push in flight reads through the client pushes go through: one set
+  // of connections and buffers, warm at every step (the values in hand are valid only until
+  // this pull). A pull in flight, or one beside a push in flight, reads through the other
+  // client: the values in hand and the versions their push is tagged with stay as they are.
+  const int target = blocking && push_in_flight_ == nullptr ? current_ : 1 - current_;
   PsClient* ps = ps_[target].get();
   std::vector<const float*>* out = &pull_values_[target];
   auto pull = [ps, out, min_version, clock, sync] {
