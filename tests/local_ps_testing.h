@@ -33,6 +33,7 @@ struct LocalPs {
         PsServer::Create({.task = task,
                           .name = absl::StrCat("ps:", task),
                           .transport = transport,
+                          .listen_host = "127.0.0.1",
                           .on_shutdown = nullptr});
     status = created.status();
     if (!status.ok()) return;

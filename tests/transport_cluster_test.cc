@@ -53,7 +53,8 @@ TEST_F(TransportClusterTest, TcpServesTheDataPlaneAndTheJobTrains) {
   EXPECT_GT(result["test_accuracy"].get<double>(), 0.8);
   for (const char* ps : {"ps-0", "ps-1"}) {
     const std::string log = Log(ps);
-    EXPECT_THAT(log, HasSubstr("serving the TCP data plane on port"));
+    // On the PS's own loopback address, as its gRPC server: not on every interface.
+    EXPECT_THAT(log, HasSubstr("serving the TCP data plane on 127.0.0.1:"));
     // Every pull and push of both workers went over it: none is left to gRPC.
     EXPECT_THAT(log, ::testing::ContainsRegex("served [1-9][0-9]* pulls and pushes over "
                                               "[1-9][0-9]* connections"))

@@ -244,6 +244,9 @@ struct PsServerOptions {
   // an error naming UCX's reason if it cannot start. "auto": UCX when it starts, else one
   // warning and gRPC.
   std::string transport = "grpc";
+  // Where the TCP data plane listens: a host (as the task's gRPC server listens on its own
+  // loopback address), or every interface when empty.
+  std::string listen_host;
   ShutdownFn on_shutdown;  // the service's (may be null)
 };
 

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Create(const PsServerOptions
   server->service_ = MakeParameterServerService(server->ps_.get(), o.on_shutdown);
   server->data_ = MakeDataHandler(server->ps_.get());
   absl::StatusOr<std::unique_ptr<DataPlaneServer>> data_plane =
-      DataPlaneServer::Start(server->data_.get(), o.transport, o.name);
+      DataPlaneServer::Start(server->data_.get(), o.transport, o.name, o.listen_host);
   if (!data_plane.ok()) return data_plane.status();
   server->data_plane_ = *std::move(data_plane);
   server->ps_->SetDataPlane(server->data_plane_->data_plane());

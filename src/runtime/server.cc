@@ -22,12 +22,17 @@
 namespace pstrain {
 namespace {
 
-// Listen on the task's own address when it is local, else on every interface at its port, as
-// TensorFlow's server does.
-std::string ListenAddress(const std::string& address) {
+// The task's own host when it is a loopback one, else empty. A task listens there when it is
+// local, else on every interface, as TensorFlow's server does.
+std::string LoopbackHost(const std::string& address) {
   const std::string host = address.substr(0, address.rfind(':'));
-  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]") return address;
-  return "0.0.0.0" + address.substr(address.rfind(':'));
+  if (host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]") return host;
+  return "";
+}
+
+std::string ListenAddress(const std::string& address) {
+  const std::string host = LoopbackHost(address);
+  return (host.empty() ? "0.0.0.0" : host) + address.substr(address.rfind(':'));
 }
 
 // Registers with the chief, waiting for it within the connect timeout. A refusal (a task index
@@ -203,6 +208,8 @@ absl::Status RunPs(const ServerOptions& o, const std::string& address, TaskHttp*
       PsServer::Create({.task = o.task,
                         .name = TaskName(o.job, o.task),
                         .transport = GetTransportOptions().transport,
+                        // The data plane's port as its gRPC server's: on loopback in a local job.
+                        .listen_host = LoopbackHost(address),
                         .on_shutdown = RecordShutdown(o, end)});
   if (!created.ok()) return created.status();
   PsServer* server = (http->ps = *std::move(created)).get();

@@ -34,7 +34,8 @@ class DataPlaneServerImpl : public DataPlaneServer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
-    DataHandler* handler, const std::string& transport, const std::string& task) {
+    DataHandler* handler, const std::string& transport, const std::string& task,
+    const std::string& listen_host) {
   if (transport != "grpc" && transport != "ucx" && transport != "auto" && transport != "tcp") {
     return absl::InvalidArgumentError(
         absl::StrCat("transport \"", transport, "\" is not one of grpc, tcp, ucx, auto"));
@@ -43,13 +44,14 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
   server->streams_ = MakeTensorStreamService(handler);
   if (transport == "grpc") return server;
   if (transport == "tcp") {
-    absl::StatusOr<std::unique_ptr<TcpServer>> tcp = TcpServer::Start(handler);
+    absl::StatusOr<std::unique_ptr<TcpServer>> tcp = TcpServer::Start(handler, listen_host);
     if (!tcp.ok()) {
       return absl::Status(tcp.status().code(),
                           absl::StrCat("--transport tcp: ", tcp.status().message()));
     }
     server->tcp_ = *std::move(tcp);
-    spdlog::info("{} serving the TCP data plane on port {}", task, server->tcp_->port());
+    spdlog::info("{} serving the TCP data plane on {}:{}", task,
+                 listen_host.empty() ? "every interface" : listen_host, server->tcp_->port());
     return server;
   }
   absl::StatusOr<std::unique_ptr<UcxServer>> ucx = UcxServer::Start(handler);

@@ -22,12 +22,14 @@ namespace pstrain {
 // no effect: a lost connection is made again by the next call.
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeTcpDataChannel(const std::string& address);
 
-// A TCP listener serving `handler` on every interface, at a free port.
+// A TCP listener serving `handler` at a free port.
 class TcpServer {
  public:
-  // `handler` is not owned and must outlive the server. Unavailable naming the system's reason
-  // if the port cannot be opened.
-  static absl::StatusOr<std::unique_ptr<TcpServer>> Start(DataHandler* handler);
+  // Listens on `host` (a name or address, "[::1]" as "::1"), or on every interface when it is
+  // empty. `handler` is not owned and must outlive the server. Unavailable naming the system's
+  // reason if the port cannot be opened.
+  static absl::StatusOr<std::unique_ptr<TcpServer>> Start(DataHandler* handler,
+                                                          const std::string& host = {});
   virtual ~TcpServer() = default;
   virtual int port() const = 0;
   // Stops listening and ends every connection at once (a call in flight ends UNAVAILABLE at its

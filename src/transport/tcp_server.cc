@@ -2,6 +2,7 @@
 // request, hands it to the DataHandler, waits for its outcome and writes the answer. A client
 // opens as many connections as it has calls in flight, so a call the PS holds (a sync push, a
 // pull waiting for its version) holds only its own connection.
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -328,39 +329,84 @@ absl::Status TcpServerImpl::Answer(TcpSocket* socket, uint64_t id, const absl::S
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TcpServer>> TcpServer::Start(DataHandler* handler) {
-  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool v6 = fd >= 0;
-  const int lfd = v6 ? fd : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (lfd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("the TCP data plane cannot open a socket: ", std::strerror(errno)));
-  }
-  int one = 1, zero = 0;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  int bound;
-  if (v6) {
-    setsockopt(lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 too
+namespace {
+
+// A listening socket on every interface (IPv6 and IPv4 when the system has IPv6), at a free port.
+int ListenEverywhere() {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 too
     sockaddr_in6 a = {};
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
-    bound = bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  } else {
-    sockaddr_in a = {};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    bound = bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+    close(fd);
+  }
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+// A listening socket on the first of `host`'s addresses that binds, at a free port; -1 with
+// *why set if none does.
+int ListenOn(std::string host, std::string* why) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int e = getaddrinfo(host.c_str(), "0", &hints, &found); e != 0) {
+    *why = absl::StrCat("cannot resolve ", host, ": ", gai_strerror(e));
+    return -1;
+  }
+  int fd = -1;
+  *why = absl::StrCat("no address of ", host);
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      *why = absl::StrCat("cannot bind to ", host, ": ", std::strerror(errno));
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpServer>> TcpServer::Start(DataHandler* handler,
+                                                            const std::string& host) {
+  std::string why;
+  const int lfd = host.empty() ? ListenEverywhere() : ListenOn(host, &why);
+  if (lfd < 0) {
+    if (why.empty()) why = std::strerror(errno);
+    return absl::UnavailableError(absl::StrCat("the TCP data plane cannot listen: ", why));
   }
   sockaddr_storage got = {};
   socklen_t len = sizeof(got);
-  if (bound != 0 || listen(lfd, 256) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&got), &len) != 0) {
-    const std::string why = std::strerror(errno);
+  if (listen(lfd, 256) != 0 || getsockname(lfd, reinterpret_cast<sockaddr*>(&got), &len) != 0) {
+    why = std::strerror(errno);
     close(lfd);
     return absl::UnavailableError(absl::StrCat("the TCP data plane cannot listen: ", why));
   }
-  const int port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
-                            : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
+  const int port =
+      ntohs(got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
+                                      : reinterpret_cast<sockaddr_in*>(&got)->sin_port);
   return std::make_unique<TcpServerImpl>(handler, lfd, port);
 }
 

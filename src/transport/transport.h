@@ -97,13 +97,13 @@ class DataHandler {
 // streams) and, for "ucx" or "auto", a UCX server for the workers of this host.
 class DataPlaneServer {
  public:
-  // `transport` as --transport: "grpc"; "tcp" (a TCP listener, tcp.h; an error naming why if
-  // it cannot listen); "ucx" (an error naming UCX's reason if it cannot start); "auto" (UCX if
-  // it starts, else one warning naming `task` and gRPC only).
-  // InvalidArgument for another name.
-  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(DataHandler* handler,
-                                                                const std::string& transport,
-                                                                const std::string& task);
+  // `transport` as --transport: "grpc"; "tcp" (a TCP listener on `listen_host`, or on every
+  // interface when it is empty, tcp.h; an error naming why if it cannot listen); "ucx" (an
+  // error naming UCX's reason if it cannot start); "auto" (UCX if it starts, else one warning
+  // naming `task` and gRPC only). InvalidArgument for another name.
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
+      DataHandler* handler, const std::string& transport, const std::string& task,
+      const std::string& listen_host = {});
   // Stops (see Stop).
   virtual ~DataPlaneServer() = default;
   // Owned here; the gRPC server they are registered on is shut down before this is destroyed.
@@ -130,8 +130,9 @@ TransportOptions GetTransportOptions();
 absl::StatusOr<std::string> TransportUnderSecurity(const std::string& asked,
                                                    const std::string& source);
 
-// A channel to the PS at `address` (host:port of its gRPC server) over `transport` ("grpc" or
-// "ucx"). InvalidArgument for an unknown name; for "ucx", what ucx.h says when UCX cannot start.
+// A channel to the PS at `address` (host:port of its gRPC server) over `transport` ("grpc",
+// "tcp" or "ucx"). InvalidArgument for an unknown name; for "tcp" and "ucx", what tcp.h and ucx.h
+// say when the PS serves no such data plane or it cannot be reached.
 absl::StatusOr<std::unique_ptr<DataChannel>> MakeDataChannel(const std::string& transport,
                                                              const std::string& address);
 
