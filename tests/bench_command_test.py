@@ -1,7 +1,9 @@
 """`pstrain bench --quick`: every table is printed and written to --out, every row has its
 measurement, its baseline and their ratio (checked against the two numbers printed beside it), and
 bad flags are refused. Speed itself is never asserted: the numbers are whatever this machine
-gives."""
+gives. The transports measured are grpc (the default data plane) and tcp; ucx goes through the
+same code with another carrier name, and costs the suite as much again, so it is left to
+`make bench`."""
 import os
 import re
 import subprocess
@@ -57,7 +59,8 @@ def run():
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "results.md")
         p = subprocess.run(
-            [BINARY, "bench", "--quick", "--out", out, "--data", MNIST, "--torch_script",
+            [BINARY, "bench", "--quick", "--transports", "grpc,tcp", "--out", out, "--data",
+             MNIST, "--torch_script",
              os.path.join(SOURCE, "bench", "torch_mlp.py")],
             capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr
@@ -76,10 +79,10 @@ def test_writes_what_it_prints(run):
 MET = re.compile(r"yes|no \((TCP|ZeroMQ|memcpy)(, (ZeroMQ|memcpy))*\)")
 
 
-def test_transport_rows_have_baselines_and_ratios(run):
+@pytest.mark.parametrize("transport", ["grpc", "tcp"])
+def test_transport_rows_have_baselines_and_ratios(run, transport):
     t = tables(run[0])
-    grpc = find(t, "Push+pull throughput over grpc")
-    rows = {(r[0], r[1]): r for r in grpc}
+    rows = {(r[0], r[1]): r for r in find(t, "Push+pull throughput over " + transport)}
     for size in ("4 KB", "64 KB", "1 MB"):
         for layout in ("1 PS + 1 worker", "2 PS + 2 workers"):
             r = rows[(size, layout)]
@@ -97,18 +100,13 @@ def test_transport_rows_have_baselines_and_ratios(run):
     assert rows[("4 KB", one)][10] == "-" and rows[("4 KB", one)][11] == "-"
     for key in (("1 MB", one), ("64 KB", one), ("1 MB", two)):
         assert MET.fullmatch(rows[key][11]), rows[key]
-    # ucx runs or says why not (the whole transport, or the Client's job of a size).
-    for r in find(t, "Push+pull throughput over ucx"):
-        assert (re.fullmatch(r"\d+\.\d{3}", r[2]) or re.fullmatch(r"unavailable: .+", r[2])
-                or r[2] == "unavailable"), r
-        if r[2] == "unavailable":
-            assert r[7] == r[8] == "-", r
 
 
-def test_latency_quantiles(run):
+@pytest.mark.parametrize("transport", ["grpc", "tcp"])
+def test_latency_quantiles(run, transport):
     rows = find(tables(run[0]), "4 KB pull latency")
-    grpc = {r[1]: r for r in rows if r[0] == "grpc"}
-    p50, p99 = grpc["p50"], grpc["p99"]
+    of = {r[1]: r for r in rows if r[0] == transport}
+    p50, p99 = of["p50"], of["p99"]
     for r in (p50, p99):
         ps_client, client, tcp = number(r[2], 1), number(r[3], 1), number(r[4], 1)
         assert number(r[5], 1) > 0, r  # ZeroMQ's round trip
@@ -118,7 +116,6 @@ def test_latency_quantiles(run):
     assert (p50[8], p99[8]) == ("PsClient <= 2x TCP", "PsClient <= 5x TCP")
     for i in (2, 3, 4, 5):
         assert float(p99[i]) >= float(p50[i]), (p50, p99)
-    assert any(r[0] == "ucx" for r in rows)
 
 
 def test_apply_rows(run):
