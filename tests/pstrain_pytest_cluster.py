@@ -150,7 +150,8 @@ class Cluster:
         return p
 
     def start(self, chief_flags=(), start_chief=True, start_ps=True):
-        """Starts the PS tasks and then the chief with `chief_flags` (a dict or a list)."""
+        """Starts the PS tasks and then the chief with `chief_flags` (a dict or a list), and
+        waits until the chief accepts connections (or has exited: its own error then shows)."""
         if start_ps:
             for i in range(len(self.spec["ps"])):
                 self.ps.append(self.start_process(
@@ -160,7 +161,22 @@ class Cluster:
             argv = [self.binary, "server", "--job", "chief", "--model", "external",
                     "--connect_timeout", "60"] + flag_args(chief_flags)
             self.chief = self.start_process("chief", argv, self.env("chief", 0))
+            self.wait_listening(self.chief, self.chief_address)
         return self
+
+    @staticmethod
+    def wait_listening(process, address, timeout=60):
+        """Returns once `address` accepts a TCP connection or `process` has exited. A client
+        that connects before its chief listens works too, but gRPC may then wait seconds
+        before its next attempt: tests connect once the chief is there."""
+        host, port = address.rsplit(":", 1)
+        end = time.monotonic() + timeout
+        while process.popen.poll() is None and time.monotonic() < end:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
 
     def start_worker(self, index, argv, extra_env=None):
         """Runs `argv` (e.g. [PYTHON, script]) as worker `index`, TF_CONFIG set."""
