@@ -126,8 +126,9 @@ class Client::Impl {
   std::vector<VariableSpec> var_specs_;  // as created, by variable
   DataType push_dtype_ = DT_FLOAT;       // from options_.push_dtype
   // Two clients over variables_ (rebuilt by CreateVariable), each with its own thread: the
-  // pushes go through ps_[current_], whose last pull read the values in hand; a pull goes
-  // through the other one, so it can be in flight during a push, and makes it current.
+  // pushes go through ps_[current_], whose last pull read the values in hand. A blocking pull
+  // with no push in flight goes through it too; a PullAsync, or a pull beside a PushAsync in
+  // flight, goes through the other one, and makes it current.
   std::unique_ptr<PsClient> ps_[2];
   int current_ = 0;
   std::vector<const float*> pull_values_[2];  // of each client's last pull
