@@ -331,36 +331,40 @@ absl::Status TcpServerImpl::Answer(TcpSocket* socket, uint64_t id, const absl::S
 
 namespace {
 
-// A listening socket on every interface (IPv6 and IPv4 when the system has IPv6), at a free port.
-int ListenEverywhere() {
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 too
-    sockaddr_in6 a = {};
-    a.sin6_family = AF_INET6;
-    a.sin6_addr = in6addr_any;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
-    close(fd);
-  }
-  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A socket of `family` bound to `address` (port 0: a free one), or -1 with errno set. With
+// `dual_stack`, an IPv6 socket takes IPv4 too.
+int BoundSocket(int family, const sockaddr* address, socklen_t size, bool dual_stack = false) {
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  int one = 1;
+  int one = 1, zero = 0;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+  if (dual_stack) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  if (bind(fd, address, size) == 0) return fd;
+  const int error = errno;
   close(fd);
+  errno = error;
   return -1;
 }
 
-// A listening socket on the first of `host`'s addresses that binds, at a free port; -1 with
-// *why set if none does.
+// A socket bound on every interface (IPv6 and IPv4 when the system has IPv6), at a free port.
+int ListenEverywhere() {
+  sockaddr_in6 a6 = {};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_any;
+  const int fd = BoundSocket(AF_INET6, reinterpret_cast<sockaddr*>(&a6), sizeof(a6), true);
+  if (fd >= 0) return fd;
+  sockaddr_in a4 = {};
+  a4.sin_family = AF_INET;
+  a4.sin_addr.s_addr = htonl(INADDR_ANY);
+  return BoundSocket(AF_INET, reinterpret_cast<sockaddr*>(&a4), sizeof(a4));
+}
+
+// A socket bound on the first of `host`'s addresses that binds, at a free port; -1 with *why
+// set if none does.
 int ListenOn(std::string host, std::string* why) {
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
+  }
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -373,15 +377,8 @@ int ListenOn(std::string host, std::string* why) {
   int fd = -1;
   *why = absl::StrCat("no address of ", host);
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      *why = absl::StrCat("cannot bind to ", host, ": ", std::strerror(errno));
-      close(fd);
-      fd = -1;
-    }
+    fd = BoundSocket(a->ai_family, a->ai_addr, a->ai_addrlen);
+    if (fd < 0) *why = absl::StrCat("cannot bind to ", host, ": ", std::strerror(errno));
   }
   freeaddrinfo(found);
   return fd;
