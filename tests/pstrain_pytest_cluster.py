@@ -170,13 +170,16 @@ class Cluster:
         that connects before its chief listens works too, but gRPC may then wait seconds
         before its next attempt: tests connect once the chief is there."""
         host, port = address.rsplit(":", 1)
-        end = time.monotonic() + timeout
-        while process.popen.poll() is None and time.monotonic() < end:
+
+        def accepts():
             try:
                 socket.create_connection((host, int(port)), timeout=1).close()
-                return
+                return True
             except OSError:
-                time.sleep(0.02)
+                return False
+
+        wait_for(lambda: process.popen.poll() is not None or accepts(), timeout,
+                 "%s to listen on %s" % (process.name, address))
 
     def start_worker(self, index, argv, extra_env=None):
         """Runs `argv` (e.g. [PYTHON, script]) as worker `index`, TF_CONFIG set."""
