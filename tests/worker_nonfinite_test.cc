@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
-#include "worker/parameters.h"
+#include "worker/step_push.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-// The pipelined push of a step's gradients (ComputeAndPush with pipeline on, ModelParameters::
+// The pipelined push of a step's gradients (ComputeAndPush with pipeline on, ParameterSession::
 // PushSome, PsClient::PushSome) against two real PS behind gRPC on 127.0.0.1: it applies bit for
 // bit what one Write after the backward pass applies, with variables split into shards and PS
 // requests that mix variables; the MLP reports its layers early only when it can promise finite
@@ -137,32 +137,35 @@ class PipelinePushTest : public ::testing::Test {
 
   // One pipelined step of `model` on 3 examples, read and pushed through fresh parameters.
   StepPushResult PipelinedStep(Model& model, int64_t bucket_bytes = 0) {
-    std::unique_ptr<ModelParameters> params = Parameters();
+    std::unique_ptr<ParameterSession> params = Parameters();
     Examples batch = Batch(3);
     const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
     ModelInputs in;
-    EXPECT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
+    EXPECT_TRUE(params->Read(keys, {}, &in.params, &in.rows).ok());
     ModelGrads grads;
     StepPushOptions how;
     how.pipeline = true;
     how.bucket_bytes = bucket_bytes;
     return ComputeAndPush(model, in, batch, keys, &grads, *params, how);
   }
-  std::unique_ptr<ModelParameters> Parameters() {
-    return std::make_unique<ModelParameters>(addresses_, vars_, std::vector<TableRef>{},
-                                             ps_testing::Worker(0), absl::Seconds(20), nullptr);
+  std::unique_ptr<ParameterSession> Parameters() {
+    SessionOptions o;
+    o.ps_addresses = addresses_;
+    o.sender = ps_testing::Worker(0);
+    o.timeout = absl::Seconds(20);
+    return std::make_unique<ParameterSession>(std::move(o), vars_, std::vector<TableRef>{});
   }
 
   // `steps` steps on seeded batches; the results of each.
   std::vector<StepPushResult> Train(Model& model, int steps, bool pipeline) {
-    std::unique_ptr<ModelParameters> params = Parameters();
+    std::unique_ptr<ParameterSession> params = Parameters();
     std::vector<StepPushResult> results;
     ModelInputs in;
     ModelGrads grads;
     for (int s = 0; s < steps; ++s) {
       Examples batch = Batch(100 + s);
       const std::vector<std::vector<uint64_t>>& keys = model.TouchedKeys(batch);
-      EXPECT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
+      EXPECT_TRUE(params->Read(keys, {}, &in.params, &in.rows).ok());
       StepPushOptions how;
       how.pipeline = pipeline;
       results.push_back(ComputeAndPush(model, in, batch, keys, &grads, *params, how));
@@ -248,12 +251,12 @@ TEST_F(PipelinePushTest, AnOverflowInTheLayerComputedLastPushesNothing) {
   CreateVariables(values);
   const std::vector<PullResponse> before = Snapshot();
 
-  std::unique_ptr<ModelParameters> params = Parameters();
+  std::unique_ptr<ParameterSession> params = Parameters();
   Examples batch = Batch(5);
   for (int r = 0; r < kBatch; ++r) batch.dense[r * kInputs + 3] = std::numeric_limits<float>::max();
   const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(batch);
   ModelInputs in;
-  ASSERT_TRUE(params->Read(keys, 0, 0, false, &in).ok());
+  ASSERT_TRUE(params->Read(keys, {}, &in.params, &in.rows).ok());
   ModelGrads grads;
   StepPushOptions how;
   how.pipeline = true;

@@ -1,4 +1,4 @@
-// The trainer's push path with tags (PsClient and TableClient, as ModelParameters uses them)
+// The trainer's push path with tags (PsClient and TableClient, as ParameterSession uses them)
 // against a real PS behind gRPC on 127.0.0.1: every request of a tagged push carries the tag,
 // so the same batch pushed again is dropped by the PS (counted) and applied once; a tagged
 // table push that would need two requests to one PS is refused before anything is sent.

@@ -7,7 +7,6 @@
 #include "client/client_impl.h"
 #include "client/options_proto.h"
 #include "client/ps_client.h"
-#include "client/table_client.h"
 #include "common/half.h"
 #include "common/initializer_def.h"
 #include "common/limits.h"
@@ -222,7 +221,8 @@ absl::Status Client::Impl::AfterPush(Pushed kind, int64_t examples, std::optiona
 }
 
 void Client::Impl::RebuildTableClient() {
-  table_client_ = std::make_unique<TableClient>(ps_addresses_, tables_, sender_, options_.timeout);
+  session_->set_sender(sender_);
+  session_->SetTables(tables_);
   looked_up_ = false;
 }
 
@@ -253,14 +253,14 @@ absl::Status Client::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys
   const uint64_t min_version = sync && !tables_after_barrier_ ? next_table_version_ : 0;
   const int64_t clock = mode_ == "ssp" ? pushes_ : 0;
   absl::Status s =
-      abandoned_ ? absl::OkStatus() : table_client_->Lookup(keys, &rows_, min_version, clock);
+      abandoned_ ? absl::OkStatus() : session_->Lookup(keys, {min_version, clock}, rows);
   if (!s.ok()) s = AbandonIfRolledBack(std::move(s));
   if (!s.ok()) return s;
   if (abandoned_ && !abandoned_in_task_) {
     // Outside a task the new generation's rows are read at once (the first read of a
     // generation does not wait for a step).
     if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
-    if (absl::Status a = table_client_->Lookup(keys, &rows_, 0, clock); !a.ok()) return a;
+    if (absl::Status a = session_->Lookup(keys, {0, clock}, rows); !a.ok()) return a;
   }
   if (abandoned_) {
     // The job rolled back: the task is abandoned and its pushes dropped, so any rows of the
@@ -269,16 +269,16 @@ absl::Status Client::Impl::Lookup(const std::vector<std::vector<uint64_t>>& keys
       return absl::InvalidArgumentError(absl::StrCat("Lookup: keys of ", keys.size(),
                                                      " tables, the client has ", tables_.size()));
     }
-    rows_.resize(tables_.size());
+    zero_rows_.resize(tables_.size());
+    rows->resize(tables_.size());
     for (size_t t = 0; t < tables_.size(); ++t) {
-      rows_[t].assign(keys[t].size() * static_cast<size_t>(tables_[t].dim), 0.0f);
+      zero_rows_[t].assign(keys[t].size() * static_cast<size_t>(tables_[t].dim), 0.0f);
+      (*rows)[t] = zero_rows_[t].data();
     }
   }
   looked_up_ = true;
   tables_after_barrier_ = false;
   pushed_ = Pushed::kNone;
-  rows->resize(rows_.size());
-  for (size_t t = 0; t < rows_.size(); ++t) (*rows)[t] = rows_[t].data();
   return absl::OkStatus();
 }
 
@@ -298,11 +298,11 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
   // tagged push reaches every table part too, with no keys where the batch has none: the
   // chief's final check wants every batch's watermark on every part.
   const bool every_ps = mode_ == "sync" || tag->has_value();
-  if (absl::Status s = table_client_->Push(keys, grads, every_ps, &stale, *tag ? &**tag : nullptr);
+  if (absl::Status s = session_->PushSparse(keys, grads, every_ps, &stale, *tag ? &**tag : nullptr);
       !s.ok()) {
     return AbandonIfRolledBack(std::move(s));
   }
-  next_table_version_ = table_client_->min_version_read() + 1;
+  next_table_version_ = session_->table_step() + 1;
   stale_dropped_ += stale;
   return AfterPush(Pushed::kSparse, examples, loss);
 }
@@ -337,7 +337,7 @@ absl::Status Client::Impl::Barrier(const std::string& name) {
   // or they would wait in a pull for this worker while it waits for them.
   if (absl::Status s = CheckIdle("Barrier"); !s.ok()) return s;
   while (true) {
-    absl::Status s = ps_[current_]->Leave(/*pause=*/true);
+    absl::Status s = session_->Leave(/*pause=*/true);
     if (s.ok()) {
       after_barrier_ = true;
       tables_after_barrier_ = true;
@@ -374,7 +374,7 @@ absl::Status Client::Impl::Done(const absl::Status& outcome) {
   StopHeartbeats();
   // Leave first: once the last worker reports done the chief shuts the PS down. After the
   // chief said stop, the PS may already be gone and no step waits for this worker any more.
-  absl::Status left = stopping_ ? absl::OkStatus() : ps_[current_]->Leave();
+  absl::Status left = stopping_ ? absl::OkStatus() : session_->Leave();
   absl::Status reported = Report(outcome.ok(), outcome.ok() ? "" : std::string(outcome.message()));
   return !left.ok() ? left : reported;
 }

@@ -14,7 +14,7 @@ constexpr absl::Duration kWaitMargin = absl::Seconds(10);
 }  // namespace
 
 struct PendingCall::State {
-  std::shared_ptr<CallThread::Call> call;  // null when the call was refused at the start
+  std::optional<ParameterSession::Pending> call;  // none when the call was refused at the start
   // Applies the call's status to the client (on the thread that waits), once.
   std::function<absl::Status(absl::Status)> finish;
   bool finished = false;
@@ -57,32 +57,29 @@ bool PendingCall::done() const {
 }
 
 void Client::Impl::RebuildPsClient() {
-  for (int i = 0; i < 2; ++i) {
-    ps_[i] = std::make_unique<PsClient>(ps_addresses_, variables_, sender_, options_.timeout);
-    ps_[i]->set_push_dtype(push_dtype_);
-    ps_[i]->set_transport(options_.transport);  // resolved by Connect
-    pull_values_[i].clear();
+  if (session_ == nullptr) {
+    SessionOptions o;
+    o.ps_addresses = ps_addresses_;
+    o.sender = sender_;
+    o.timeout = options_.timeout;
+    o.push_dtype = push_dtype_;
+    o.transport = options_.transport;  // resolved by Connect
+    session_ = std::make_unique<ParameterSession>(std::move(o), variables_, tables_);
+  } else {
+    session_->set_sender(sender_);
+    session_->SetVariables(variables_);
   }
-  current_ = 0;
   pulled_ = false;
 }
 
-std::vector<std::string> Client::Impl::data_plane() const {
-  // A pull goes through the client that is not current, so both may have made channels.
-  std::vector<std::string> names = ps_[current_]->channel_transports();
-  const std::vector<std::string> other = ps_[1 - current_]->channel_transports();
-  for (size_t i = 0; i < names.size() && i < other.size(); ++i) {
-    if (names[i].empty()) names[i] = other[i];
-  }
-  return names;
-}
+std::vector<std::string> Client::Impl::data_plane() const { return session_->data_plane(); }
 
 absl::Status Client::Impl::ValuesInHand(std::vector<const float*>* values) const {
-  if (!pulled_ || pull_values_[current_].size() != variables_.size()) {
+  if (!pulled_ || session_->values().size() != variables_.size()) {
     return absl::AbortedError(
         "the job rolled back to its checkpoint before this worker pulled: take the next task");
   }
-  *values = pull_values_[current_];
+  *values = session_->values();
   return absl::OkStatus();
 }
 
@@ -142,18 +139,14 @@ PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool bloc
   // its clock: only workers still training hold it back; a push in flight counts.
   const uint64_t min_version = sync && !after_barrier_ ? next_min_version_ : 0;
   const int64_t clock = mode_ == "ssp" ? pushes_ + (push_in_flight_ != nullptr ? 1 : 0) : 0;
-  // A blocking pull with no push in flight reads through the client pushes go through: one set
-  // of connections and buffers, warm at every step (the values in hand are valid only until
-  // this pull). A pull in flight, or one beside a push in flight, reads through the other
-  // client: the values in hand and the versions their push is tagged with stay as they are.
-  const int target = blocking && push_in_flight_ == nullptr ? current_ : 1 - current_;
-  PsClient* ps = ps_[target].get();
-  std::vector<const float*>* out = &pull_values_[target];
-  auto pull = [ps, out, min_version, clock, sync] {
-    return ps->Pull(out, min_version, clock, sync);
-  };
-  st->call = blocking ? threads_[target].RunHereOrStart(pull) : threads_[target].Start(pull);
-  st->finish = [this, target, values, clock, sync](absl::Status s) {
+  // A blocking pull with no push in flight reads through the connections pushes go through:
+  // one set of connections and buffers, warm at every step (the values in hand are valid only
+  // until this pull). A pull in flight, or one beside a push in flight, reads ahead through the
+  // others: the values in hand and the versions their push is tagged with stay as they are.
+  const bool ahead = !blocking || push_in_flight_ != nullptr;
+  ParameterSession::Pending call = session_->StartPull({min_version, clock, sync}, ahead);
+  st->call = call;
+  st->finish = [this, call, values, clock, sync](absl::Status s) {
     pull_in_flight_ = nullptr;
     if (!s.ok()) {
       if (absl::Status a = AbandonIfRolledBack(std::move(s)); !a.ok()) return a;
@@ -161,15 +154,16 @@ PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool bloc
       // generation does not wait for a step).
       if (abandoned_in_task_) return ValuesInHand(values);
       if (absl::Status a = AdoptGeneration(); !a.ok()) return a;
-      s = ps_[target]->Pull(&pull_values_[target], 0, clock, sync);
-      if (!s.ok()) return s;
+      std::vector<const float*> read;
+      if (absl::Status a = session_->Pull({0, clock, sync}, &read); !a.ok()) return a;
+    } else {
+      session_->FinishPull(call);
     }
-    current_ = target;
     pulled_ = true;
     after_barrier_ = false;
     pushed_ = Pushed::kNone;
-    global_step_ = static_cast<int64_t>(ps_[target]->min_version_read());
-    *values = pull_values_[target];
+    global_step_ = static_cast<int64_t>(session_->dense_step());
+    *values = session_->values();
     return absl::OkStatus();
   };
   pull_in_flight_ = st.get();
@@ -197,27 +191,16 @@ PendingCall Client::Impl::StartPush(const std::vector<TensorView>& grads, int64_
   if (abandoned_) return refuse(absl::OkStatus());  // dropped: the job rolled back
   absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kDense);
   if (!tag.ok()) return refuse(tag.status());
-  // Through the client whose last pull read the values these gradients come from: it tags
-  // them with those versions. A pull in flight runs on the other client.
-  PsClient* ps = ps_[current_].get();
-  struct Outcome {
-    int stale = 0;
-    uint64_t min_version = 0;
-  };
-  auto out = std::make_shared<Outcome>();
-  auto push = [ps, grads, out, tag = *std::move(tag)] {
-    absl::Status s = ps->Push(grads, &out->stale, tag ? &*tag : nullptr);
-    out->min_version = ps->min_version_read();
-    return s;
-  };
-  st->call = blocking ? threads_[current_].RunHereOrStart(std::move(push))
-                      : threads_[current_].Start(std::move(push));
-  st->finish = [this, out, examples, loss](absl::Status s) {
+  // Through the connections whose last pull read the values these gradients come from: it
+  // tags them with those versions. A pull in flight runs on the others.
+  ParameterSession::Pending call = session_->StartPush(grads, *std::move(tag), blocking);
+  st->call = call;
+  st->finish = [this, call, examples, loss](absl::Status s) {
     push_in_flight_ = nullptr;
     if (!s.ok()) return AbandonIfRolledBack(std::move(s));
     // Sync: the step this push contributed to is the one read; the next pull waits for the next.
-    next_min_version_ = out->min_version + 1;
-    stale_dropped_ += out->stale;
+    next_min_version_ = call.min_version() + 1;
+    stale_dropped_ += call.stale_dropped();
     return AfterPush(Pushed::kDense, examples, loss);
   };
   push_in_flight_ = st.get();

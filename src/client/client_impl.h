@@ -9,10 +9,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "client/call_thread.h"
 #include "client/client.h"
-#include "client/ps_client.h"
-#include "client/table_client.h"
+#include "client/session.h"
 #include "master.grpc.pb.h"
 
 namespace pstrain {
@@ -125,14 +123,12 @@ class Client::Impl {
   std::vector<VariableRef> variables_;   // in creation order
   std::vector<VariableSpec> var_specs_;  // as created, by variable
   DataType push_dtype_ = DT_FLOAT;       // from options_.push_dtype
-  // Two clients over variables_ (rebuilt by CreateVariable), each with its own thread: the
-  // pushes go through ps_[current_], whose last pull read the values in hand. A blocking pull
-  // with no push in flight goes through it too; a PullAsync, or a pull beside a PushAsync in
-  // flight, goes through the other one, and makes it current.
-  std::unique_ptr<PsClient> ps_[2];
-  int current_ = 0;
-  std::vector<const float*> pull_values_[2];  // of each client's last pull
-  CallThread threads_[2];                     // last: their calls use ps_
+  // The pulls, pushes and lookups (client/session.h), made by Connect; its variables and tables
+  // are set again by CreateVariable and CreateTable, and with the sender of a new generation.
+  // The pushes go through the connections whose last pull read the values in hand; a blocking
+  // pull with no push in flight goes through them too, a PullAsync or a pull beside a
+  // PushAsync in flight through the others (which then hold the values in hand).
+  std::unique_ptr<ParameterSession> session_;
   // Not yet waited for (owned by the PendingCall).
   const PendingCall::State* pull_in_flight_ = nullptr;
   const PendingCall::State* push_in_flight_ = nullptr;
@@ -142,8 +138,7 @@ class Client::Impl {
 
   std::vector<TableRef> tables_;               // in creation order
   std::vector<TableDef> table_defs_;           // as created, by table
-  std::unique_ptr<TableClient> table_client_;  // over tables_; rebuilt by CreateTable
-  std::vector<std::vector<float>> rows_;       // of the last Lookup, by table
+  std::vector<std::vector<float>> zero_rows_;  // a Lookup's rows after a rollback, by table
   bool looked_up_ = false;                     // a Lookup since the last CreateTable
   bool tables_after_barrier_ = false;          // sync: the next Lookup must not wait for a step
   uint64_t next_table_version_ = 0;            // sync: the step the next Lookup waits for

@@ -196,7 +196,7 @@ absl::Status Client::Impl::AdoptOutsideTask() {
 absl::Status Client::Impl::DoneWithTasks(const absl::Status& outcome) {
   StopHeartbeats();  // this loop sends them
   // The PS may be gone (the chief ended the job) or restarted: the job's end is the chief's.
-  if (!stopping_) (void)ps_[current_]->Leave();
+  if (!stopping_) (void)session_->Leave();
   const std::string error = outcome.ok() ? "" : std::string(outcome.message());
   bool reported = false;
   absl::Time until = absl::Now() + options_.timeout;  // the chief silent for this long: gone
@@ -299,7 +299,7 @@ absl::StatusOr<std::optional<Task>> Client::Impl::NextTask(int64_t batch_size) {
       return task_;
     }
     if (pause_when_waiting && !paused) {
-      absl::Status left = ps_[current_]->Leave(/*pause=*/true);
+      absl::Status left = session_->Leave(/*pause=*/true);
       // A restarted worker the PS do not know yet holds back no step: nothing to leave.
       if (absl::IsPermissionDenied(left)) left = absl::OkStatus();
       left = AbandonIfRolledBack(std::move(left));

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/fan_out.h"
+#include "client/session.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "common/tensor.h"
@@ -18,24 +19,6 @@
 #include "worker.pb.h"
 
 namespace pstrain {
-
-struct ShardRef {
-  std::string name;  // the shard's name on its PS
-  int ps_task = 0;
-  int64_t row_begin = 0, row_end = 0;  // rows of the variable's first axis
-};
-
-struct VariableRef {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<ShardRef> shards;  // in row order, covering every row
-};
-
-// The shards of placement `p` as a VariableRef for variable `name` of `shape`. InvalidArgument
-// unless `p` names that variable and its shards cover its rows in order on ps tasks in
-// [0, num_ps).
-absl::StatusOr<VariableRef> ToVariableRef(const Placement& p, const std::string& name,
-                                          const std::vector<int64_t>& shape, int num_ps);
 
 // Views of `tensors`, in order; InvalidArgument naming the index of the first whose values do not
 // fill its shape.

@@ -13,16 +13,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/session.h"
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "ps.grpc.pb.h"
 
 namespace pstrain {
-
-struct TableRef {
-  std::string name;
-  int dim = 0;
-};
 
 // How much one Lookup or PushSparse request may carry; a table's keys on one PS are split over
 // as many requests as these need. The defaults are the servers' limits (common/limits.h).

@@ -26,10 +26,11 @@ std::string NonFiniteIn(const std::vector<Tensor>& grads, const std::vector<int>
 
 StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Examples& batch,
                               const std::vector<std::vector<uint64_t>>& keys, ModelGrads* grads,
-                              ModelParameters& params, const StepPushOptions& options) {
+                              ParameterSession& params, const StepPushOptions& options) {
   StepPushResult r;
   auto write = [&] {
-    return params.Write(keys, *grads, options.sync, &r.stale_dropped, options.tag);
+    return params.Write(keys, grads->params, grads->rows, options.sync, &r.stale_dropped,
+                        options.tag);
   };
   // The plain push: every gradient checked, then one Write from this thread.
   auto plain_push = [&] {
@@ -78,6 +79,30 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
     r.status = options.retry(write);
   }
   return r;
+}
+
+std::string NonFinite(const ModelGrads& grads, const std::vector<ParamSpec>& params,
+                      const std::vector<TableSpec>& tables,
+                      const std::vector<std::vector<uint64_t>>& keys) {
+  for (size_t i = 0; i < grads.params.size(); ++i) {
+    const Tensor& g = grads.params[i];
+    for (int64_t j = 0; j < g.size(); ++j) {
+      if (!std::isfinite(g.values[j])) {
+        return absl::StrCat("gradient for variable '", params[i].name, "' has ", g.values[j],
+                            " at index ", j);
+      }
+    }
+  }
+  for (size_t t = 0; t < grads.rows.size(); ++t) {
+    const std::vector<float>& g = grads.rows[t];
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (!std::isfinite(g[j])) {
+        return absl::StrCat("gradient for table '", tables[t].name, "' has ", g[j], " at key ",
+                            keys[t][j / tables[t].dim]);
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace pstrain

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/session.h"
 #include "common/examples.h"
 #include "model/model.h"
-#include "worker/parameters.h"
 
 namespace pstrain {
 
@@ -45,6 +45,12 @@ struct StepPushResult {
 // the last params.Read, then the push of *grads unless a gradient is non-finite.
 StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Examples& batch,
                               const std::vector<std::vector<uint64_t>>& keys, ModelGrads* grads,
-                              ModelParameters& params, const StepPushOptions& options);
+                              ParameterSession& params, const StepPushOptions& options);
+
+// The first non-finite value of `grads`, as "gradient for variable 'x' has nan at index i" or
+// "gradient for table 't' has inf at key k", or "".
+std::string NonFinite(const ModelGrads& grads, const std::vector<ParamSpec>& params,
+                      const std::vector<TableSpec>& tables,
+                      const std::vector<std::vector<uint64_t>>& keys);
 
 }  // namespace pstrain

@@ -23,10 +23,14 @@ Stepper::Stepper(const TrainingSpec& spec, const Examples& data, const TrainerOp
   const int num_ps = static_cast<int>(options.ps_addresses.size());
   absl::StatusOr<std::vector<VariableRef>> vars = VariablesOf(spec, *model_, num_ps);
   absl::StatusOr<std::vector<TableRef>> tables = TablesOf(spec, *model_);
-  params_ = std::make_unique<ModelParameters>(options.ps_addresses, *std::move(vars),
-                                              *std::move(tables), options.sender,
-                                              absl::Seconds(spec.rpc_timeout_s()), options.cancel);
-  params_->set_push_dtype(spec.push_dtype() == DT_INVALID ? DT_FLOAT : spec.push_dtype());
+  SessionOptions session;
+  session.ps_addresses = options.ps_addresses;
+  session.sender = options.sender;
+  session.timeout = absl::Seconds(spec.rpc_timeout_s());
+  session.canceller = options.cancel;
+  session.push_dtype = spec.push_dtype() == DT_INVALID ? DT_FLOAT : spec.push_dtype();
+  params_ =
+      std::make_unique<ParameterSession>(std::move(session), *std::move(vars), *std::move(tables));
   *report_.mutable_sender() = options.sender;
   batch_.dense_dim = data.dense_dim;
   if (!sync_ && spec.pipeline_push()) {
@@ -85,7 +89,8 @@ Stepper::Outcome Stepper::Step(const std::vector<int64_t>& order, size_t at, int
   for (int64_t r = 0; r < rows; ++r) batch_.AppendRow(data_, order[at + r]);
   const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(batch_);
   absl::Status s = UntilRestored([&] {
-    return params_->Read(keys, sync_ ? next_step_ : 0, ssp_ ? report_.steps() : 0, sync_, &inputs_);
+    const ReadAt at{sync_ ? next_step_ : 0, ssp_ ? report_.steps() : 0, sync_};
+    return params_->Read(keys, at, &inputs_.params, &inputs_.rows);
   });
   if (!s.ok()) {
     Fail(s);

@@ -10,9 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/session.h"
 #include "common/examples.h"
 #include "model/model.h"
-#include "worker/parameters.h"
 #include "worker/trainer.h"
 
 namespace pstrain {
@@ -44,7 +44,7 @@ class Stepper {
   void Finish();
   bool stopped() const { return options_.stop->load(); }
 
-  ModelParameters& params() { return *params_; }
+  ParameterSession& params() { return *params_; }
   int64_t steps() const { return report_.steps(); }
   const Sender& sender() const { return options_.sender; }
 
@@ -60,7 +60,7 @@ class Stepper {
   const bool sync_, ssp_;
   const int64_t steps_per_epoch_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<ModelParameters> params_;
+  std::unique_ptr<ParameterSession> params_;
   ProgressRequest report_;
   double loss_sum_ = 0;
   int loss_count_ = 0;

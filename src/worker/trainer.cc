@@ -6,13 +6,11 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "client/ps_client.h"
-#include "client/table_client.h"
+#include "client/session.h"
 #include "common/half.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "data/data.h"
-#include "worker/parameters.h"
 #include "worker/stepper.h"
 #include "worker/task_loop.h"
 
