@@ -1,4 +1,4 @@
-// Internal to pstrain (src/client, src/worker): a thread that runs calls one after another in
+// Internal to src/client: a thread that runs calls one after another in
 // the order they were started, so a caller can overlap a blocking call (a pull, a push) with its
 // own work while the calls made through one non-thread-safe client (PsClient) stay serial.
 #pragma once

@@ -1,5 +1,6 @@
-// Internal to pstrain (the trainer, the chief and src/client): pull and push of sharded variables
-// over every PS task, all requests in flight at once. Not part of the installed client API.
+// Internal to src/client (ParameterSession is built on it; its tests and the benchmarks use it
+// directly): pull and push of sharded variables over every PS task, all requests in flight at
+// once. Not part of the installed client API.
 #pragma once
 
 #include <memory>

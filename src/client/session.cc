@@ -283,6 +283,10 @@ absl::Status ParameterSession::Leave(bool pause) {
   return e.dense[e.current]->Leave(pause);
 }
 
+absl::StatusOr<std::vector<StatsResponse>> ParameterSession::Stats() {
+  return engine_->dense[engine_->current]->Stats();
+}
+
 std::vector<std::string> ParameterSession::data_plane() const {
   // A read ahead goes through the client that is not current, so both may have made channels.
   const Engine& e = *engine_;

@@ -5,7 +5,7 @@
 // through two sets of connections used in turn (one reads ahead while the values of the other
 // are in hand and their gradients are pushed), embedding rows beside them, pushes whole or
 // pipelined as a backward pass completes them. What a read waits for (the sync step, the ssp
-// clock) and the tag of a push are the caller's (docs/client_api.md, docs/recovery.md).
+// clock) and the tag of a push are the caller's (docs/semantics.md, docs/recovery.md).
 #pragma once
 
 #include <cstdint>
@@ -169,6 +169,8 @@ class ParameterSession {
   // Tells every PS this worker is done, or with `pause` that it waits (until its next push).
   // Waits for a prefetch in flight first, and drops it.
   absl::Status Leave(bool pause = false);
+  // Counters of every PS task, by task (for the chief: its status page and final report).
+  absl::StatusOr<std::vector<StatsResponse>> Stats();
   // Per PS task, the transport its data channel took ("grpc", "tcp" or "ucx"), "" before one.
   std::vector<std::string> data_plane() const;
 

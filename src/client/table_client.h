@@ -1,8 +1,9 @@
-// Internal to pstrain (the trainer, the chief and src/client): lookups and sparse pushes of
-// embedding tables over every PS task. A key lives on PS PsOfKey(key, num_ps) (common/keys.h);
-// each call sends one request per PS, carrying every table, all in flight at once (more than one
-// per PS only when a table's keys pass kMaxKeysPerRequest or the bytes kMaxPayloadBytes). Keys
-// and rows travel as raw little-endian arrays. Not part of the installed client API.
+// Internal to src/client (under ParameterSession; its tests and the benchmarks use it directly):
+// lookups and sparse pushes of embedding tables over every PS task. A key lives on PS PsOfKey(key,
+// num_ps) (common/keys.h); each call sends one request per PS, carrying every table, all in flight
+// at once (more than one per PS only when a table's keys pass kMaxKeysPerRequest or the bytes
+// kMaxPayloadBytes). Keys and rows travel as raw little-endian arrays. Not part of the installed
+// client API.
 #pragma once
 
 #include <cstdint>

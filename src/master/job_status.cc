@@ -56,9 +56,12 @@ StatusTracker::StatusTracker(JobMonitor* monitor, const MasterOptions& options,
       task_timeout_(options.job.task_timeout),
       ps_answered_(options.ps_addresses.size(), absl::InfinitePast()) {
   if (monitor_ == nullptr) return;
-  ps_client_ = std::make_unique<PsClient>(options.ps_addresses, std::vector<VariableRef>{},
-                                          MakeSender("chief", 0),
-                                          std::min(refresh * 2, options.job.rpc_timeout));
+  SessionOptions o;
+  o.ps_addresses = options.ps_addresses;
+  o.sender = MakeSender("chief", 0);
+  o.timeout = std::min(refresh * 2, options.job.rpc_timeout);
+  ps_session_ = std::make_unique<ParameterSession>(std::move(o), std::vector<VariableRef>{},
+                                                   std::vector<TableRef>{});
   monitor_->Update([&](JobStatus* s) {
     *s = JobStatus();
     s->mode = options.job.mode;
@@ -140,7 +143,7 @@ void StatusTracker::Refresh(bool ask_ps) {
   const bool all_ps = std::all_of(view.ps_registered.begin(), view.ps_registered.end(),
                                   [](bool registered) { return registered; });
   if (ask_ps && all_ps) {
-    absl::StatusOr<std::vector<StatsResponse>> s = ps_client_->Stats();
+    absl::StatusOr<std::vector<StatsResponse>> s = ps_session_->Stats();
     if (s.ok()) stats = *std::move(s);
   }
   const std::vector<JobStatus::Shard> shards = placer_->Shards();

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/ps_client.h"
+#include "client/session.h"
 #include "master/coordinator.h"
 #include "master/master.h"
 #include "master/progress.h"
@@ -55,7 +55,7 @@ class StatusTracker {
   const VariablePlacer* const placer_;
   const absl::Duration refresh_;
   const absl::Duration task_timeout_;
-  std::unique_ptr<PsClient> ps_client_;  // used by the refresh thread only
+  std::unique_ptr<ParameterSession> ps_session_;  // used by the refresh thread only
   absl::Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::Time> ps_answered_ ABSL_GUARDED_BY(mu_);      // last Stats answer per PS

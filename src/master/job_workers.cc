@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/ps_client.h"
+#include "client/session.h"
 #include "common/checkpoint_manifest.h"
 #include "common/limits.h"
 #include "master/job.h"
@@ -339,7 +339,11 @@ bool Job::Summarize(const std::vector<WorkerProgress>& progress, JobResult* resu
 
 // Every PS's counters: sums, the largest clock gap, and the tables' counters.
 absl::Status Job::CollectStats(JobResult* result) {
-  PsClient client(ps_addresses_, {}, Chief(), config_.rpc_timeout);
+  SessionOptions o;
+  o.ps_addresses = ps_addresses_;
+  o.sender = Chief();
+  o.timeout = config_.rpc_timeout;
+  ParameterSession client(std::move(o), {}, {});
   absl::StatusOr<std::vector<StatsResponse>> stats;
   absl::Status s = RetryUntil(config_.rpc_timeout, "Stats of every ps", [&] {
     stats = client.Stats();

@@ -4,8 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "client/ps_client.h"
-#include "client/table_client.h"
+#include "client/session.h"
 #include "common/initializer_def.h"
 #include "common/limits.h"
 #include "common/rpc.h"
@@ -168,20 +167,17 @@ absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_ad
     if (!v.ok()) return v.status();
     vars.push_back(*std::move(v));
   }
-  const Sender chief = MakeSender("chief", 0);
-  PsClient dense(ps_addresses, std::move(vars), chief, config_.rpc_timeout);
-  ModelInputs in;
-  if (absl::Status s = dense.Pull(&in.params); !s.ok()) return s;
   std::vector<TableRef> refs;
   for (const TableSpec& t : model_->tables()) refs.push_back({t.name, t.dim});
-  std::unique_ptr<TableClient> tables;
-  if (!refs.empty()) {
-    tables =
-        std::make_unique<TableClient>(ps_addresses, std::move(refs), chief, config_.rpc_timeout);
-  }
+  SessionOptions o;
+  o.ps_addresses = ps_addresses;
+  o.sender = MakeSender("chief", 0);
+  o.timeout = config_.rpc_timeout;
+  ParameterSession session(std::move(o), std::move(vars), std::move(refs));
+  ModelInputs in;
+  if (absl::Status s = session.Pull({}, &in.params); !s.ok()) return s;
   std::vector<float> predictions, chunk_predictions;
   predictions.reserve(test_.size());
-  std::vector<std::vector<float>> rows;
   Examples chunk;
   chunk.dense_dim = test_.dense_dim;
   for (int64_t begin = 0; begin < test_.size(); begin += kEvalChunk) {
@@ -190,10 +186,8 @@ absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_ad
       chunk.AppendRow(test_, r);
     }
     const std::vector<std::vector<uint64_t>>& keys = model_->TouchedKeys(chunk);
-    if (tables != nullptr) {
-      if (absl::Status s = tables->Lookup(keys, &rows); !s.ok()) return s;
-      in.rows.clear();
-      for (const std::vector<float>& r : rows) in.rows.push_back(r.data());
+    if (!session.tables().empty()) {
+      if (absl::Status s = session.Lookup(keys, {}, &in.rows); !s.ok()) return s;
     }
     model_->Predict(in, chunk, &chunk_predictions);
     predictions.insert(predictions.end(), chunk_predictions.begin(), chunk_predictions.end());
