@@ -7,6 +7,7 @@
 #include <numeric>
 #include <thread>
 
+#include "common/keys.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/trainer.h"
@@ -21,32 +22,34 @@ using worker_cluster::PushSeen;
 
 class WorkerTaskQueueTest : public testing::ProcessTest {};
 
-TaskAssignment Task(int epoch, int64_t task, int64_t begin, int64_t end) {
-  TaskAssignment t;
-  t.set_epoch(epoch);
-  t.set_task(task);
-  t.set_begin(begin);
-  t.set_end(end);
-  return t;
-}
-
-// A task's batches depend on the job's seed, its epoch and index only: a redo by any worker
-// cuts the same ones.
-TEST(WorkerTaskOrderTest, DependsOnlyOnTheJobSeedTheEpochAndTheTask) {
-  const std::vector<int64_t> a = TaskOrder(Task(1, 3, 100, 140), 42);
-  EXPECT_EQ(a, TaskOrder(Task(1, 3, 100, 140), 42));
-  std::vector<int64_t> sorted = a;
+// The built-in trainer cuts a task as a client program's Task does (client_task_test.cc tests
+// its order): every field of the chief's assignment is kept, and the order of the rows is drawn
+// from the assignment's seed only, so a redo by any worker, or by a program, cuts the same
+// batches.
+TEST(WorkerTaskOrderTest, IsTheClientsTaskOfTheChiefsAssignment) {
+  TaskAssignment a;
+  a.set_epoch(1);
+  a.set_task(3);
+  a.set_begin(100);
+  a.set_end(140);
+  a.set_seed(TaskSeed(42, 1, 3));
+  const Task t = TaskOf(a, 16);
+  EXPECT_EQ(t.epoch, 1);
+  EXPECT_EQ(t.index, 3);
+  EXPECT_EQ(t.begin, 100);
+  EXPECT_EQ(t.end, 140);
+  EXPECT_EQ(t.seed, TaskSeed(42, 1, 3));
+  EXPECT_EQ(t.batch_size, 16);
+  EXPECT_EQ(t.num_batches(), 3);
+  const std::vector<int64_t> rows = t.Rows();
+  EXPECT_EQ(rows, TaskOf(a, 16).Rows());
+  std::vector<int64_t> sorted = rows, in_order(40);
   std::sort(sorted.begin(), sorted.end());
-  std::vector<int64_t> rows(40);
-  std::iota(rows.begin(), rows.end(), 100);
-  EXPECT_EQ(sorted, rows);
-  EXPECT_NE(a, rows);                                 // shuffled
-  EXPECT_NE(a, TaskOrder(Task(0, 3, 100, 140), 42));  // another epoch
-  EXPECT_NE(a, TaskOrder(Task(1, 4, 100, 140), 42));  // another task
-  EXPECT_NE(a, TaskOrder(Task(1, 3, 100, 140), 43));  // another job
-  TrainingSpec spec;
-  spec.set_seed(7 * 1000003 + 1);  // as the chief seeds worker 1
-  EXPECT_EQ(JobSeedOf(spec, 1), 7u * 1000003);
+  std::iota(in_order.begin(), in_order.end(), 100);
+  EXPECT_EQ(sorted, in_order);
+  EXPECT_NE(rows, in_order);  // shuffled
+  a.set_seed(TaskSeed(43, 1, 3));
+  EXPECT_NE(TaskOf(a, 16).Rows(), rows);  // another job's seed
 }
 
 // Runs the job in `shape.mode` to the end and checks the ledger and the tags on each PS.

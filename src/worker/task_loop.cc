@@ -1,8 +1,6 @@
 #include "worker/task_loop.h"
 
 #include <algorithm>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -12,14 +10,6 @@
 
 namespace pstrain {
 namespace {
-
-// SplitMix64's finalizer: spreads the bits of `x`.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Sleeps `d`, waking early once `stopper` is stopped.
 void SleepUnlessStopped(absl::Duration d, const Stepper& stepper) {
@@ -34,17 +24,13 @@ bool OtherGeneration(const absl::Status& s) {
   return absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "generation");
 }
 
-uint64_t JobSeedOf(const TrainingSpec& spec, int task) {
-  return spec.seed() - static_cast<uint64_t>(task);
-}
-
-std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed) {
-  std::vector<int64_t> order(std::max<int64_t>(0, t.end() - t.begin()));
-  std::iota(order.begin(), order.end(), t.begin());
-  std::mt19937_64 rng(
-      Mix(Mix(Mix(job_seed) ^ static_cast<uint64_t>(t.epoch())) ^ static_cast<uint64_t>(t.task())));
-  std::shuffle(order.begin(), order.end(), rng);
-  return order;
+Task TaskOf(const TaskAssignment& t, int64_t batch_size) {
+  return Task{.epoch = t.epoch(),
+              .index = t.task(),
+              .begin = t.begin(),
+              .end = t.end(),
+              .seed = t.seed(),
+              .batch_size = batch_size};
 }
 
 std::vector<int64_t> RowsOfRecords(const std::vector<int64_t>& records, const Examples& data) {
@@ -85,7 +71,7 @@ void TrainOnTasks(const TrainingSpec& spec, const Examples& data, const TrainerO
           absl::StrCat("the chief handed out rows [", t.begin(), ", ", t.end(), ") of task ",
                        t.task(), "; the data has ", records)));
     }
-    const std::vector<int64_t> order = RowsOfRecords(TaskOrder(t, options.job_seed), data);
+    const std::vector<int64_t> order = RowsOfRecords(TaskOf(t, spec.batch_size()).Rows(), data);
     const int64_t steps_before = stepper->steps();
     PushTag tag;
     tag.set_epoch(t.epoch());

@@ -13,7 +13,7 @@ namespace pstrain {
 // row (a header, a bad line skipped: Examples::records) is left out.
 std::vector<int64_t> RowsOfRecords(const std::vector<int64_t>& records, const Examples& data);
 
-// Asks the chief for tasks and trains on each (TaskOrder, in batches tagged {epoch, task,
+// Asks the chief for tasks and trains on each (TaskOf's order, in batches tagged {epoch, task,
 // batch}) until FINISHED, then leaves and reports done. A task's rows are training records of
 // spec.train_records(), read into `data` (all of them).
 void TrainOnTasks(const TrainingSpec& spec, const Examples& data, const TrainerOptions& options,

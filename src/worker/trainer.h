@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/client.h"
 #include "common/examples.h"
 #include "common/rpc.h"
 #include "master.pb.h"
@@ -38,8 +39,6 @@ struct TrainerOptions {
   // On every request of this run, to the PS and the chief: this worker with the run's
   // generation (docs/recovery.md).
   Sender sender;
-  // With spec.task_queue: the job's seed, the same on every worker (see JobSeedOf).
-  uint64_t job_seed = 0;
   // Sends a report to the chief; returns false when the worker should stop (job ending or chief
   // unreachable).
   std::function<bool(const ProgressRequest&)> report;
@@ -55,13 +54,10 @@ struct TrainerOptions {
 // from a PS or the chief): the run was superseded by a rollback and ends quietly.
 bool OtherGeneration(const absl::Status& s);
 
-// The job's seed as the chief gave it to worker `task` (the chief sends each worker the job's
-// seed offset by its index; the task queue's shuffles must not depend on the worker).
-uint64_t JobSeedOf(const TrainingSpec& spec, int task);
-
-// The rows of task `t` in the order its batches take them: [begin, end) shuffled by a seed of
-// (job_seed, epoch, task) only, so any worker that does or redoes the task cuts the same batches.
-std::vector<int64_t> TaskOrder(const TaskAssignment& t, uint64_t job_seed);
+// Task `t` of the chief's queue as client programs get it (client/client.h), in batches of
+// `batch_size`: its rows in the order Task::Rows draws from the seed the chief gave it, so the
+// built-in trainer and a program cut the same batch k of a task, whoever trains or redoes it.
+Task TaskOf(const TaskAssignment& t, int64_t batch_size);
 
 // With spec.task_queue, trains on the tasks options.next_task hands out (rows of `data`) until
 // the chief says FINISHED, reporting each one done; every push carries PushTag{epoch, task,

@@ -242,7 +242,6 @@ class WorkerImpl final : public Worker, public WorkerServiceBase {
     topts.ps_addresses = options_.ps_addresses;
     topts.sender = MakeSender("worker", options_.task);
     topts.sender.set_generation(run->generation);
-    topts.job_seed = JobSeedOf(spec, options_.task);
     topts.stop = &run->stop;
     topts.cancel = &run->cancel;
     const absl::Duration timeout = absl::Seconds(spec.rpc_timeout_s());
