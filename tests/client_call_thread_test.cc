@@ -1,6 +1,7 @@
 // CallThread: calls run one after another in the order they were started; a blocking call on
 // an idle thread runs on the caller's thread, and one started while another runs waits for it.
 #include <atomic>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,29 @@ TEST(CallThreadTest, ABlockingCallOnAnIdleThreadRunsHereAndIsDoneOnReturn) {
   EXPECT_EQ(call->Wait(absl::Now()).code(), absl::StatusCode::kNotFound);
   // The thread still runs what is started afterwards.
   EXPECT_TRUE(t.Start([] { return absl::OkStatus(); })->Wait(absl::InfiniteFuture()).ok());
+}
+
+// The threads of this process, as Linux lists them.
+int ThreadsOfThisProcess() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+TEST(CallThreadTest, StartsItsThreadWithTheFirstCallQueued) {
+  const int before = ThreadsOfThisProcess();
+  {
+    CallThread unused;  // a session's reader that never reads ahead costs no thread
+    CallThread t;
+    EXPECT_TRUE(t.RunHereOrStart([] { return absl::OkStatus(); })->done());
+    EXPECT_EQ(ThreadsOfThisProcess(), before);
+    EXPECT_TRUE(t.Start([] { return absl::OkStatus(); })->Wait(absl::InfiniteFuture()).ok());
+    EXPECT_EQ(ThreadsOfThisProcess(), before + 1);
+  }
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
 }
 
 TEST(CallThreadTest, ABlockingCallWaitsBehindARunningCallAndCallsStaySerial) {

@@ -21,14 +21,14 @@ bool CallThread::Call::done() const {
   return done_;
 }
 
-CallThread::CallThread() : thread_([this] { Loop(); }) {}
+CallThread::CallThread() = default;
 
 CallThread::~CallThread() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 std::shared_ptr<CallThread::Call> CallThread::Start(std::function<absl::Status()> fn) {
@@ -40,6 +40,7 @@ std::shared_ptr<CallThread::Call> CallThread::Queue(std::function<absl::Status()
   auto call = std::make_shared<Call>();
   call->fn_ = std::move(fn);
   queue_.push_back(call);
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });  // the first call queued
   return call;
 }
 

@@ -32,7 +32,7 @@ class CallThread {
     std::function<absl::Status()> fn_;  // cleared once run
   };
 
-  CallThread();
+  CallThread();  // starts no thread: the first call queued does
   // Runs the calls already started, then joins; each call has its own deadline.
   ~CallThread();
   CallThread(const CallThread&) = delete;
@@ -57,7 +57,7 @@ class CallThread {
   std::deque<std::shared_ptr<Call>> queue_;
   bool busy_ = false;  // a call is running, here or on the caller's thread
   bool stop_ = false;
-  std::thread thread_;  // last: starts once the fields above are set
+  std::thread thread_;  // started by the first call queued, under mu_
 };
 
 }  // namespace pstrain

@@ -5,13 +5,6 @@
 #include "client/client_impl.h"
 
 namespace pstrain {
-namespace {
-
-// The margin past a call's own deadline (the client's timeout) that waiting for it allows for
-// its scheduling on the client's thread.
-constexpr absl::Duration kWaitMargin = absl::Seconds(10);
-
-}  // namespace
 
 struct PendingCall::State {
   std::optional<ParameterSession::Pending> call;  // none when the call was refused at the start
@@ -19,7 +12,6 @@ struct PendingCall::State {
   std::function<absl::Status(absl::Status)> finish;
   bool finished = false;
   absl::Status result;  // once finished: finish's answer, or the refusal
-  absl::Duration timeout;
 };
 
 PendingCall::PendingCall(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -33,11 +25,9 @@ PendingCall& PendingCall::operator=(PendingCall&& other) noexcept {
 }
 PendingCall::~PendingCall() { Finish(); }
 
+// The call ends by its own deadline, the client's timeout on each request it makes.
 void PendingCall::Finish() {
-  // The call ends by its own deadline; each wait is bounded, and repeated only while it runs.
-  while (state_ != nullptr && !state_->finished) {
-    (void)Wait(absl::Now() + state_->timeout + kWaitMargin);
-  }
+  if (state_ != nullptr) (void)Wait(absl::InfiniteFuture());
 }
 
 absl::Status PendingCall::Wait(absl::Time deadline) {
@@ -89,16 +79,16 @@ absl::Status Client::Impl::CheckIdle(const char* what) const {
       absl::StrCat(what, " while a PullAsync or PushAsync is in flight: Wait for it first"));
 }
 
-// Pull and Push are their asynchronous forms, waited for: one code path. Blocking, a call runs
-// on the caller's thread when its client's thread is idle, with no hand-off.
+// Pull and Push are their asynchronous forms, waited for until they return (a call ends by its
+// own deadline, the client's timeout on each request): one code path. Blocking, a call runs on
+// the caller's thread when its client's thread is idle, with no hand-off.
 absl::Status Client::Impl::Pull(std::vector<const float*>* values) {
-  return StartPull(values, /*blocking=*/true).Wait(absl::Now() + options_.timeout + kWaitMargin);
+  return StartPull(values, /*blocking=*/true).Wait(absl::InfiniteFuture());
 }
 
 absl::Status Client::Impl::Push(const std::vector<TensorView>& grads, int64_t examples,
                                 std::optional<double> loss) {
-  return StartPush(grads, examples, loss, /*blocking=*/true)
-      .Wait(absl::Now() + options_.timeout + kWaitMargin);
+  return StartPush(grads, examples, loss, /*blocking=*/true).Wait(absl::InfiniteFuture());
 }
 
 PendingCall Client::Impl::PullAsync(std::vector<const float*>* values) {
@@ -112,7 +102,6 @@ PendingCall Client::Impl::PushAsync(const std::vector<TensorView>& grads, int64_
 
 PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool blocking) {
   auto st = std::make_shared<PendingCall::State>();
-  st->timeout = options_.timeout;
   auto refuse = [&](absl::Status s) {
     st->result = std::move(s);
     st->finished = true;
@@ -173,7 +162,6 @@ PendingCall Client::Impl::StartPull(std::vector<const float*>* values, bool bloc
 PendingCall Client::Impl::StartPush(const std::vector<TensorView>& grads, int64_t examples,
                                     std::optional<double> loss, bool blocking) {
   auto st = std::make_shared<PendingCall::State>();
-  st->timeout = options_.timeout;
   auto refuse = [&](absl::Status s) {
     st->result = std::move(s);
     st->finished = true;

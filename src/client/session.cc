@@ -11,16 +11,14 @@
 namespace pstrain {
 namespace {
 
-// The margin past a call's own deadline (the session's timeout) that a wait for it allows for
-// its scheduling on a thread of the session.
-constexpr absl::Duration kWaitMargin = absl::Seconds(10);
+// The status of `call`, waited for until it returned: it refers to the caller's data, and it
+// ends by its own deadline (the session's timeout on every request it makes).
+absl::Status Returned(CallThread::Call& call) { return call.Wait(absl::InfiniteFuture()); }
 
-// The status of `call`, waited for until it returned, past any deadline: it refers to the
-// caller's data.
-absl::Status WaitReturned(CallThread::Call& call, absl::Duration timeout) {
-  absl::Status s = call.Wait(absl::Now() + timeout + kWaitMargin);
-  while (!call.done()) s = call.Wait(absl::Now() + timeout + kWaitMargin);
-  return s;
+// Points at the rows of each table's last lookup.
+void PointAt(const std::vector<std::vector<float>>& rows, std::vector<const float*>* out) {
+  out->clear();
+  for (const std::vector<float>& r : rows) out->push_back(r.data());
 }
 
 }  // namespace
@@ -28,7 +26,6 @@ absl::Status WaitReturned(CallThread::Call& call, absl::Duration timeout) {
 struct ParameterSession::Pending::Rep {
   std::shared_ptr<CallThread::Call> call;
   int target = 0;  // the connections it runs on
-  absl::Duration timeout;
   // Of a push, written by the call.
   int stale = 0;
   uint64_t min_version = 0;
@@ -38,10 +35,6 @@ ParameterSession::Pending::Pending(std::shared_ptr<Rep> rep) : rep_(std::move(re
 
 absl::Status ParameterSession::Pending::Wait(absl::Time deadline) {
   return rep_->call->Wait(deadline);
-}
-
-absl::Status ParameterSession::Pending::WaitReturned() {
-  return pstrain::WaitReturned(*rep_->call, rep_->timeout);
 }
 
 bool ParameterSession::Pending::done() const { return rep_->call->done(); }
@@ -74,7 +67,7 @@ ParameterSession::ParameterSession(SessionOptions options, std::vector<VariableR
 }
 
 ParameterSession::~ParameterSession() {
-  if (engine_->prefetch != nullptr) (void)WaitReturned(*engine_->prefetch, options_.timeout);
+  if (engine_->prefetch != nullptr) (void)Returned(*engine_->prefetch);
 }
 
 void ParameterSession::SetVariables(std::vector<VariableRef> variables) {
@@ -107,12 +100,11 @@ void ParameterSession::SetTables(std::vector<TableRef> tables) {
 namespace {
 
 // Runs `here` on this thread and `there` on `side` at the same time; the first error wins.
-absl::Status Both(CallThread* side, absl::Duration timeout,
-                  const std::function<absl::Status()>& here,
+absl::Status Both(CallThread* side, const std::function<absl::Status()>& here,
                   const std::function<absl::Status()>& there) {
   std::shared_ptr<CallThread::Call> call = side->Start(there);
   absl::Status s = here();
-  absl::Status t = WaitReturned(*call, timeout);
+  absl::Status t = Returned(*call);
   return s.ok() ? t : s;
 }
 
@@ -135,22 +127,25 @@ absl::Status ParameterSession::Read(const std::vector<std::vector<uint64_t>>& ke
   auto lookup = [&] { return e.tables->Lookup(keys, &e.rows, at.min_version, at.clock); };
   if (e.prefetch != nullptr) {  // the dense pull is in flight: look up meanwhile
     s = e.tables == nullptr ? absl::OkStatus() : lookup();
-    absl::Status p = e.prefetch->Wait(absl::Now() + options_.timeout + kWaitMargin);
-    if (absl::IsDeadlineExceeded(p) && !e.prefetch->done()) return p;  // still in flight
-    e.prefetch = nullptr;
+    absl::Status p = DropPrefetch();
     e.current = 1 - e.current;
     if (s.ok()) s = p;
   } else {
     PsClient& dense = *e.dense[e.current];
     std::vector<const float*>* out = &e.values[e.current];
     auto pull = [&] { return dense.Pull(out, at.min_version, at.clock, at.sync); };
-    s = e.tables == nullptr ? pull() : Both(&e.thread[0], options_.timeout, pull, lookup);
+    s = e.tables == nullptr ? pull() : Both(&e.thread[0], pull, lookup);
   }
   if (!s.ok()) return s;
   *values = e.values[e.current];
-  rows->clear();
-  for (const std::vector<float>& r : e.rows) rows->push_back(r.data());
+  PointAt(e.rows, rows);
   return absl::OkStatus();
+}
+
+absl::Status ParameterSession::DropPrefetch() {
+  absl::Status s = Returned(*engine_->prefetch);
+  engine_->prefetch = nullptr;
+  return s;
 }
 
 uint64_t ParameterSession::step() const {
@@ -173,10 +168,9 @@ absl::Status ParameterSession::Write(const std::vector<std::vector<uint64_t>>& k
   // dense[current] holds the versions the gradients were computed from; a prefetch in flight
   // runs on the other client.
   auto push = [&] { return e.dense[e.current]->Push(dense, &dense_dropped, tag); };
-  absl::Status s =
-      e.tables == nullptr ? push() : Both(&e.thread[e.current], options_.timeout, push, [&] {
-        return e.tables->Push(keys, rows, every_ps, &table_dropped, tag);
-      });
+  absl::Status s = e.tables == nullptr ? push() : Both(&e.thread[e.current], push, [&] {
+    return e.tables->Push(keys, rows, every_ps, &table_dropped, tag);
+  });
   *stale_dropped = dense_dropped + table_dropped;
   return s;
 }
@@ -200,7 +194,7 @@ absl::Status ParameterSession::FinishPush(int* stale_dropped) {
   Engine& e = *engine_;
   absl::Status s;
   for (const std::shared_ptr<CallThread::Call>& call : e.pushes) {
-    absl::Status t = WaitReturned(*call, options_.timeout);
+    absl::Status t = Returned(*call);
     if (s.ok()) s = t;
   }
   e.pushes.clear();
@@ -214,7 +208,6 @@ absl::Status ParameterSession::FinishPush(int* stale_dropped) {
 ParameterSession::Pending ParameterSession::StartPull(ReadAt at, bool ahead) {
   Engine& e = *engine_;
   auto rep = std::make_shared<Pending::Rep>();
-  rep->timeout = options_.timeout;
   rep->target = ahead ? 1 - e.current : e.current;
   PsClient* dense = e.dense[rep->target].get();
   std::vector<const float*>* out = &e.values[rep->target];
@@ -238,7 +231,6 @@ ParameterSession::Pending ParameterSession::StartPush(std::vector<TensorView> gr
                                                       std::optional<PushTag> tag, bool blocking) {
   Engine& e = *engine_;
   auto rep = std::make_shared<Pending::Rep>();
-  rep->timeout = options_.timeout;
   rep->target = e.current;
   PsClient* dense = e.dense[e.current].get();
   auto push = [dense, grads = std::move(grads), out = rep, tag = std::move(tag)] {
@@ -259,10 +251,8 @@ absl::Status ParameterSession::Lookup(const std::vector<std::vector<uint64_t>>& 
                                       std::vector<const float*>* rows) {
   Engine& e = *engine_;
   absl::Status s = e.tables->Lookup(keys, &e.rows, at.min_version, at.clock);
-  if (!s.ok()) return s;
-  rows->clear();
-  for (const std::vector<float>& r : e.rows) rows->push_back(r.data());
-  return absl::OkStatus();
+  if (s.ok()) PointAt(e.rows, rows);
+  return s;
 }
 
 absl::Status ParameterSession::PushSparse(const std::vector<std::vector<uint64_t>>& keys,
@@ -275,11 +265,7 @@ absl::Status ParameterSession::Leave(bool pause) {
   Engine& e = *engine_;
   // A pull in flight would otherwise race this Leave on the PS (and its values would be read
   // at the clock this worker had before pausing).
-  if (e.prefetch != nullptr) {
-    absl::Status s = e.prefetch->Wait(absl::Now() + options_.timeout + kWaitMargin);
-    if (absl::IsDeadlineExceeded(s) && !e.prefetch->done()) return s;
-    e.prefetch = nullptr;
-  }
+  if (e.prefetch != nullptr) (void)DropPrefetch();
   return e.dense[e.current]->Leave(pause);
 }
 

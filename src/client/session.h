@@ -71,11 +71,9 @@ class ParameterSession {
   class Pending {
    public:
     // The call's status once it returned; DeadlineExceeded if it has not by `deadline` (it
-    // keeps running: wait again).
+    // keeps running: wait again). A call ends by its own deadline, the session's timeout on
+    // each request it makes.
     absl::Status Wait(absl::Time deadline);
-    // Waits until the call returned, past any deadline (it refers to the caller's data): a
-    // call ends by its own deadline, the session's timeout.
-    absl::Status WaitReturned();
     bool done() const;
     // Once done, of a push: the shards the PS dropped as stale, and the smallest version its
     // gradients were computed from (the global step in sync mode).
@@ -176,6 +174,8 @@ class ParameterSession {
 
  private:
   class Engine;
+  // Waits for the prefetch in flight and drops it: its status.
+  absl::Status DropPrefetch();
   SessionOptions options_;
   std::vector<VariableRef> variables_;
   std::vector<TableRef> tables_;

@@ -1,6 +1,7 @@
 #include "worker/step_push.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 
@@ -84,15 +85,9 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
 std::string NonFinite(const ModelGrads& grads, const std::vector<ParamSpec>& params,
                       const std::vector<TableSpec>& tables,
                       const std::vector<std::vector<uint64_t>>& keys) {
-  for (size_t i = 0; i < grads.params.size(); ++i) {
-    const Tensor& g = grads.params[i];
-    for (int64_t j = 0; j < g.size(); ++j) {
-      if (!std::isfinite(g.values[j])) {
-        return absl::StrCat("gradient for variable '", params[i].name, "' has ", g.values[j],
-                            " at index ", j);
-      }
-    }
-  }
+  std::vector<int> every(grads.params.size());
+  std::iota(every.begin(), every.end(), 0);
+  if (std::string dense = NonFiniteIn(grads.params, every, params); !dense.empty()) return dense;
   for (size_t t = 0; t < grads.rows.size(); ++t) {
     const std::vector<float>& g = grads.rows[t];
     for (size_t j = 0; j < g.size(); ++j) {
