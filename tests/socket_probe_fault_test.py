@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 
 from probe import wire
-from probe.cluster import Cluster, ServerDied, free_ports
+from probe.cluster import Cluster, free_ports, run_checks
 from probe.wire import pb
 
 SEED = int(os.environ.get("PSTRAIN_PROBE_SEED", "20240606"))
@@ -230,14 +230,7 @@ class Checks:
                 self.problems.append("after %s: GET /metrics answered %d" % (after, r.status))
 
     def run(self, body):
-        try:
-            body()
-        except ServerDied as e:
-            self.problems.append("a server died: %s" % e)
-        else:
-            self.c.finish(self.problems)
-        assert not self.problems, "%d problem(s) (PSTRAIN_PROBE_SEED=%d):\n  %s" % (
-            len(self.problems), SEED, "\n  ".join(self.problems))
+        run_checks(self.c, self.problems, body, " (PSTRAIN_PROBE_SEED=%d)" % SEED)
 
 
 def test_bytes_on_every_port_of_a_ucx_ps_leave_it_serving(cluster):

@@ -104,6 +104,21 @@ class ServerDied(AssertionError):
     pass
 
 
+def run_checks(cluster, problems, body, about=""):
+    """Runs the probe `body`; unless a server died in it, ends the job with `cluster.finish`.
+
+    Fails with every problem found (`about` says how to repeat the run).
+    """
+    try:
+        body()
+    except ServerDied as e:
+        problems.append("a server died: %s" % e)
+    else:
+        cluster.finish(problems)
+    assert not problems, "%d problem(s)%s:\n  %s" % (len(problems), about,
+                                                     "\n  ".join(problems))
+
+
 class Cluster:
     def __init__(self, tmp_dir, binary, source_dir):
         self.tmp_dir, self.binary = tmp_dir, binary

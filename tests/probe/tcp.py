@@ -24,7 +24,7 @@ import time
 
 import grpc
 
-from probe.cluster import ServerDied
+from probe.cluster import ServerDied, run_checks
 from probe.wire import pb
 
 # The job token the probe's cluster runs under (PSTRAIN_AUTH_TOKEN): what frames carry by default.
@@ -419,14 +419,7 @@ class Checks:
             time.sleep(0.05)
 
     def run(self, body):
-        try:
-            body()
-        except ServerDied as e:
-            self.problems.append("a server died: %s" % e)
-        else:
-            self.c.finish(self.problems)
-        assert not self.problems, "%d problem(s):\n  %s" % (
-            len(self.problems), "\n  ".join(self.problems))
+        run_checks(self.c, self.problems, body)
 
 
 def connections_end(checks, pid, port, base_threads, after, timeout=IO_TIMEOUT):
