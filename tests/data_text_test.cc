@@ -1,11 +1,12 @@
-// ReadCsv, ReadLibSvm and ReadCriteo on small files written by the test: values, layout, and a
-// message naming file and line for every kind of bad line.
+// ReadCsv, ReadLibSvm, ReadCriteo and the raw CSV records on small files written by the test:
+// values, layout, and a message naming file and line for every kind of bad line.
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "data/data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -192,6 +193,51 @@ TEST_F(TextReaderTest, MissingFileAndDirectoryAndRecordRanges) {
   o.first_record = 2;
   o.end_record = 4;
   EXPECT_THAT(std::string(ReadLibSvm(path, o).status().message()), HasSubstr("m.svm:4: "));
+}
+
+std::vector<std::string> Split(absl::string_view line) {
+  std::vector<std::string> fields;
+  absl::Status s = SplitCsvRecord(line, ',', &fields);
+  EXPECT_TRUE(s.ok()) << s;
+  return fields;
+}
+
+TEST(CsvRecordTest, QuotedFieldsKeepTheirDelimitersAndQuotes) {
+  EXPECT_THAT(Split("a,b,,c "), ElementsAre("a", "b", "", "c "));
+  EXPECT_THAT(Split(R"(1,"Braund, Mr. Owen",male)"), ElementsAre("1", "Braund, Mr. Owen", "male"));
+  EXPECT_THAT(Split(R"("say ""hi""", "x" ,"")"), ElementsAre(R"(say "hi")", "x", ""));
+  EXPECT_THAT(Split(""), ElementsAre(""));
+  EXPECT_THAT(Split("a,"), ElementsAre("a", ""));
+  std::vector<std::string> fields;
+  EXPECT_THAT(SplitCsvRecord(R"(1,"open)", ',', &fields).message(),
+              HasSubstr("field 2: a quote that is not closed on this line"));
+  EXPECT_THAT(SplitCsvRecord(R"("a"b,c)", ',', &fields).message(),
+              HasSubstr("field 1: text after its closing quote"));
+}
+
+TEST_F(TextReaderTest, CsvRecordsOfAFileWithTheirLines) {
+  const std::string path = WriteGzip("t.csv.gz", "name,sex\n\n\"A, B\",male\nC,female\n");
+  std::vector<std::string> seen;
+  ASSERT_TRUE(
+      ForEachCsvRecord(path, ',', [&](const std::vector<absl::string_view>& f, int64_t line) {
+        seen.push_back(absl::StrCat(line, ":", f[0], "|", f[1]));
+        return absl::OkStatus();
+      }).ok());
+  EXPECT_THAT(seen, ElementsAre("1:name|sex", "3:A, B|male", "4:C|female"));
+  const std::string bad = Write("bad.csv", "a,b\n\"x,y\n");
+  absl::Status s = ForEachCsvRecord(
+      bad, ',', [](const std::vector<absl::string_view>&, int64_t) { return absl::OkStatus(); });
+  EXPECT_THAT(s.message(), HasSubstr(bad + ":2: field 1: a quote that is not closed"));
+  absl::Status stop =
+      ForEachCsvRecord(path, ',', [](const std::vector<absl::string_view>&, int64_t line) {
+        return line == 3 ? absl::CancelledError("enough") : absl::OkStatus();
+      });
+  EXPECT_EQ(stop.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(ForEachCsvRecord(
+                (dir_ / "none.csv").string(), ',',
+                [](const std::vector<absl::string_view>&, int64_t) { return absl::OkStatus(); })
+                .code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -157,6 +157,68 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
+absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
+                            std::vector<std::string>* fields) {
+  fields->clear();
+  std::string field;
+  size_t i = 0;
+  while (true) {
+    field.clear();
+    // A field that starts with a quote (after spaces) runs to the matching one; "" inside it
+    // is a quote. Otherwise it runs to the delimiter, spaces kept.
+    size_t start = i;
+    while (start < line.size() && line[start] == ' ') ++start;
+    if (start < line.size() && line[start] == '"') {
+      size_t j = start + 1;
+      while (true) {
+        if (j >= line.size())
+          return Bad(absl::StrCat("field ", fields->size() + 1,
+                                  ": a quote that is not closed on this line"));
+        if (line[j] == '"') {
+          if (j + 1 < line.size() && line[j + 1] == '"') {
+            field.push_back('"');
+            j += 2;
+            continue;
+          }
+          break;
+        }
+        field.push_back(line[j++]);
+      }
+      i = j + 1;
+      while (i < line.size() && line[i] == ' ') ++i;
+      if (i < line.size() && line[i] != delimiter) {
+        return Bad(absl::StrCat("field ", fields->size() + 1, ": text after its closing quote"));
+      }
+    } else {
+      const size_t end = line.find(delimiter, i);
+      const absl::string_view rest =
+          line.substr(i, end == absl::string_view::npos ? line.size() - i : end - i);
+      field.assign(rest.data(), rest.size());
+      i = end == absl::string_view::npos ? line.size() : end;
+    }
+    fields->push_back(field);
+    if (i >= line.size()) return absl::OkStatus();
+    ++i;  // the delimiter
+  }
+}
+
+absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn) {
+  LineReader in;
+  if (absl::Status s = in.Open(path); !s.ok()) return s;
+  std::string line;
+  std::vector<std::string> fields;
+  std::vector<absl::string_view> views;
+  while (in.Next(&line)) {
+    if (IsBlank(line)) continue;
+    if (absl::Status s = SplitCsvRecord(line, delimiter, &fields); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", in.number(), ": ", s.message()));
+    }
+    views.assign(fields.begin(), fields.end());
+    if (absl::Status s = fn(views, in.number()); !s.ok()) return s;
+  }
+  return in.FinalStatus();
+}
+
 uint64_t CategoricalKey(int field, uint32_t value, bool missing) {
   const uint64_t v = missing ? (uint64_t{1} << 32) : value;
   return Mix((static_cast<uint64_t>(field) << 33) | v);
