@@ -208,6 +208,25 @@ def cluster_seeds():
                                                        indent=1))
 
 
+def feature_seeds():
+    schema = {"label": "y", "task": "classification", "columns": [
+        {"name": "a", "type": "numeric", "normalizer": "standardize", "missing_indicator": True},
+        {"name": "b", "type": "numeric", "normalizer": "log1p"},
+        {"name": "s", "type": "categorical", "encoding": "vocabulary"},
+        {"name": "h", "type": "categorical", "encoding": "hash", "hash_buckets": 16},
+        {"name": "c", "type": "categorical", "encoding": "identity", "num_ids": 4},
+        {"name": "k", "type": "bucketized", "buckets": 3}],
+        "crosses": [{"columns": ["s", "c"], "hash_buckets": 8}]}
+    rows = [b"y,a,b,s,h,c,k", b"1,0.5,10,x,\"q, r\",1,3", b"0,,2,y,z,0,", b"1,2,-3,x,NA,3,7",
+            b"2,1,1,w,z,2,5"]
+    write("feature_schema_fuzz", "every-kind", json.dumps(schema).encode() + SEPARATOR +
+          SEPARATOR.join(rows))
+    regression = dict(schema, task="regression", crosses=[])
+    write("feature_schema_fuzz", "regression", json.dumps(regression).encode() + SEPARATOR +
+          SEPARATOR.join(rows))
+    write("feature_schema_fuzz", "schema-only", json.dumps(schema).encode())
+
+
 def text_seeds():
     # The first byte is the target's option byte (text_fuzzing.h TextOptionsFrom): 0x70 reads
     # every record and stops at a bad line, 0x71 skips bad lines, 0x32 reads records [1, 4).
@@ -246,6 +265,7 @@ def main():
     part_seeds()
     manifest_seeds()
     cluster_seeds()
+    feature_seeds()
     text_seeds()
     idx_seeds()
     for t in sorted(os.listdir(CORPUS)):

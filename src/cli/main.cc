@@ -16,6 +16,7 @@
 #include "cli/checkpoint_command.h"
 #include "cli/gen_certs.h"
 #include "cli/gen_criteo.h"
+#include "cli/infer_schema.h"
 #include "runtime/runtime.h"
 #include "runtime/training_flags.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -219,6 +220,7 @@ int main(int argc, char** argv) {
   launch_training.AddTo(lch);
 
   pstrain::GenCriteoCommand gen_criteo(&app);
+  pstrain::InferSchemaCommand infer_schema(&app);
   pstrain::GenCertsCommand gen_certs(&app);
   pstrain::CheckpointCommand checkpoint(&app);
   pstrain::BenchCommand bench(&app);
@@ -239,13 +241,15 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> parse_argv = {argv[0]};
   for (std::string& a : args) parse_argv.push_back(a.data());
-  const std::vector<std::string> commands = {"server",    "launch",     "gen-criteo",
-                                             "gen-certs", "checkpoint", "bench"};
+  const std::vector<std::string> commands = {
+      "server", "launch", "gen-criteo", "gen-certs", "infer-schema", "checkpoint", "bench"};
   if (!args.empty() && args[0][0] != '-' &&
       std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
-    Print("pstrain", "error",
-          absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
-                       " (commands: server, launch, gen-criteo, gen-certs, checkpoint, bench)"));
+    Print(
+        "pstrain", "error",
+        absl::StrCat("unknown command ", args[0], DidYouMean(args[0], commands),
+                     " (commands: server, launch, gen-criteo, gen-certs, infer-schema, checkpoint, "
+                     "bench)"));
     return 2;
   }
   try {
@@ -257,13 +261,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const CLI::App* sub = *lch                  ? lch
-                          : *srv                ? srv
-                          : gen_criteo.chosen() ? gen_criteo.app()
-                          : gen_certs.chosen()  ? gen_certs.app()
-                          : checkpoint.chosen() ? checkpoint.app()
-                          : bench.chosen()      ? bench.app()
-                                                : &app;
+    const CLI::App* sub = *lch                    ? lch
+                          : *srv                  ? srv
+                          : gen_criteo.chosen()   ? gen_criteo.app()
+                          : gen_certs.chosen()    ? gen_certs.app()
+                          : infer_schema.chosen() ? infer_schema.app()
+                          : checkpoint.chosen()   ? checkpoint.app()
+                          : bench.chosen()        ? bench.app()
+                                                  : &app;
     // "pstrain checkpoint inspect": the names of the subcommands, which the flags follow.
     std::string command = "pstrain";
     size_t depth = 0;
@@ -280,6 +285,7 @@ int main(int argc, char** argv) {
 
   if (gen_criteo.chosen()) return gen_criteo.Run();
   if (gen_certs.chosen()) return gen_certs.Run();
+  if (infer_schema.chosen()) return infer_schema.Run();
   if (checkpoint.chosen()) return checkpoint.Run();
   if (bench.chosen()) return bench.Run(SelfPath(argv[0]));
 

@@ -1,0 +1,81 @@
+#include "cli/infer_schema.h"
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "data/data.h"
+#include "features/features.h"
+
+namespace pstrain {
+namespace {
+
+absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string& label,
+                                     char delimiter) {
+  if (!absl::StartsWith(data, "csv:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data ", data, ": infer-schema reads csv:PATH (a CSV file with a header)"));
+  }
+  const std::string path = data.substr(4);
+  std::optional<SchemaInferrer> inferrer;
+  absl::Status s = ForEachCsvRecord(
+      path, delimiter, [&](const std::vector<absl::string_view>& fields, int64_t line) {
+        if (!inferrer.has_value()) {  // the header
+          absl::StatusOr<SchemaInferrer> in =
+              SchemaInferrer::Create(std::vector<std::string>(fields.begin(), fields.end()), label);
+          if (!in.ok())
+            return absl::InvalidArgumentError(absl::StrCat(path, ": ", in.status().message()));
+          inferrer.emplace(*std::move(in));
+          return absl::OkStatus();
+        }
+        return inferrer->Add(fields, absl::StrCat(path, ":", line));
+      });
+  if (!s.ok()) return s;
+  if (!inferrer.has_value()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty file"));
+  absl::StatusOr<InferredSchema> got = inferrer->Finish();
+  if (!got.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
+  return got;
+}
+
+}  // namespace
+
+InferSchemaCommand::InferSchemaCommand(CLI::App* app)
+    : cmd_(app->add_subcommand("infer-schema",
+                               "read a CSV file with a header and print a schema of feature "
+                               "columns for it, with the reason for each column's kind")) {
+  cmd_->add_option("--data", data_,
+                   "csv:PATH, a CSV file (plain or gzip) whose first line "
+                   "names the columns")
+      ->required();
+  cmd_->add_option("--label", label_, "the label column's name (default: the first column)");
+  cmd_->add_option("--out", out_, "write the schema to this file instead of stdout");
+  cmd_->add_option("--delimiter", delimiter_, "the field delimiter")->capture_default_str();
+}
+
+int InferSchemaCommand::Run() const {
+  absl::StatusOr<InferredSchema> got = Infer(data_, label_, delimiter_);
+  if (!got.ok()) {
+    std::fprintf(stderr, "pstrain infer-schema: error: %s\n",
+                 std::string(got.status().message()).c_str());
+    return got.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  for (const std::string& why : got->reasons) std::fprintf(stderr, "# %s\n", why.c_str());
+  const std::string json = got->schema.ToJson() + "\n";
+  if (out_.empty()) {
+    std::fputs(json.c_str(), stdout);
+    return 0;
+  }
+  std::ofstream f(out_, std::ios::binary | std::ios::trunc);
+  f << json;
+  f.close();
+  if (!f) {
+    std::fprintf(stderr, "pstrain infer-schema: error: --out %s: cannot write\n", out_.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace pstrain
