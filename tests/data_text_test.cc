@@ -209,6 +209,11 @@ TEST(CsvRecordTest, QuotedFieldsKeepTheirDelimitersAndQuotes) {
   EXPECT_THAT(Split(""), ElementsAre(""));
   EXPECT_THAT(Split("a,"), ElementsAre("a", ""));
   std::vector<std::string> fields;
+  // With a space as the delimiter, spaces are never skipped around quotes.
+  ASSERT_TRUE(SplitCsvRecord(R"("a b" "c" d)", ' ', &fields).ok());
+  EXPECT_THAT(fields, ElementsAre("a b", "c", "d"));
+  ASSERT_TRUE(SplitCsvRecord(R"( "b")", ' ', &fields).ok());
+  EXPECT_THAT(fields, ElementsAre("", "b"));
   EXPECT_THAT(SplitCsvRecord(R"(1,"open)", ',', &fields).message(),
               HasSubstr("field 2: a quote that is not closed on this line"));
   EXPECT_THAT(SplitCsvRecord(R"("a"b,c)", ',', &fields).message(),
@@ -216,7 +221,8 @@ TEST(CsvRecordTest, QuotedFieldsKeepTheirDelimitersAndQuotes) {
 }
 
 TEST_F(TextReaderTest, CsvRecordsOfAFileWithTheirLines) {
-  const std::string path = WriteGzip("t.csv.gz", "name,sex\n\n\"A, B\",male\nC,female\n");
+  const std::string path =
+      WriteGzip("t.csv.gz", "\xEF\xBB\xBFname,sex\n\n\"A, B\",male\nC,female\n");
   std::vector<std::string> seen;
   ASSERT_TRUE(
       ForEachCsvRecord(path, ',', [&](const std::vector<absl::string_view>& f, int64_t line) {
@@ -233,6 +239,11 @@ TEST_F(TextReaderTest, CsvRecordsOfAFileWithTheirLines) {
         return line == 3 ? absl::CancelledError("enough") : absl::OkStatus();
       });
   EXPECT_EQ(stop.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(ForEachCsvRecord(
+                path, '"',
+                [](const std::vector<absl::string_view>&, int64_t) { return absl::OkStatus(); })
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ForEachCsvRecord(
                 (dir_ / "none.csv").string(), ',',
                 [](const std::vector<absl::string_view>&, int64_t) { return absl::OkStatus(); })

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "data/data.h"
 #include "features/features.h"
@@ -106,6 +107,15 @@ TEST(FeatureSchemaTest, EveryMistakeIsNamed) {
                               "type": "categorical"}],
                               "crosses": [{"columns": ["a", "b"], "hash_buckets": 10}]})"),
               HasSubstr("crosses[0]: column \"a\" is numeric"));
+  EXPECT_THAT(ParseError(R"({"label": "y", "columns": [{"name": "a", "buckets": 4}]})"),
+              HasSubstr("\"buckets\" applies to bucketized columns, and column \"a\" is "
+                        "numeric"));
+  EXPECT_THAT(ParseError(R"({"label": "y", "columns": [{"name": "c", "type": "categorical",
+                              "encoding": "hash", "hash_buckets": 8, "num_ids": 3}]})"),
+              HasSubstr("\"num_ids\" applies to categorical (identity) columns, and column "
+                        "\"c\" is categorical (hash)"));
+  EXPECT_THAT(ParseError(R"({"label": "y", "columns": [{"name": "a", "embedding_dim": 3}]})"),
+              HasSubstr("\"embedding_dim\" applies to categorical and bucketized columns"));
   EXPECT_THAT(ParseError(R"({"label": "y", "columns": [{"name": "b", "type": "categorical"}],
                               "crosses": [{"columns": ["b", "c"], "hash_buckets": 10}]})"),
               HasSubstr("crosses[0]: no column \"c\""));
@@ -225,7 +235,31 @@ TEST(FeatureTransformTest, LabelsAreClassesInNumericOrderOrRegressionTargets) {
   ASSERT_TRUE(r.transform.Append(Fields("1,3.75"), "t:1", &out).ok());
   EXPECT_EQ(out.labels[1], 3.75f);
   EXPECT_THAT(r.transform.Append(Fields("1,abc"), "t:2", &out).message(),
-              HasSubstr("t:2: column \"y\": \"abc\" is not a number (task regression)"));
+              HasSubstr("t:2: column \"y\": \"abc\" is not a number within a float's range"));
+}
+
+TEST(FeatureTransformTest, OneNumberIsOneClassAndEveryRowHasTheHeadersWidth) {
+  const Schema s = Parse(R"({"label": "y", "columns": [{"name": "x"}]})");
+  Fitted f = Fit(s, {"x", "y"}, {"1,1", "2,1.0", "3,0", "4,00"});
+  EXPECT_THAT(f.stats.classes, ElementsAre("0", "1"));
+  EXPECT_EQ(f.transform.shape().num_classes, 2);
+  Examples out;
+  EXPECT_THAT(f.transform.Append(Fields("1,1,7"), "t:1", &out).message(),
+              HasSubstr("t:1: 3 fields where the header has 2"));
+  EXPECT_THAT(f.transform.Append(Fields("1"), "t:2", &out).message(),
+              HasSubstr("t:2: 1 fields where the header has 2"));
+  EXPECT_EQ(out.size(), 0);
+  // A header that names a schema's column twice is ambiguous.
+  EXPECT_THAT(StatsBuilder::Create(s, {"x", "y", "x"}).status().message(),
+              HasSubstr("the header names column \"x\" twice (fields 1 and 3)"));
+  EXPECT_THAT(Transform::Create(s, f.stats, {"y", "y", "x"}).status().message(),
+              HasSubstr("names column \"y\" twice"));
+  // A regression target must fit a float.
+  const Schema r = Parse(R"({"label": "y", "task": "regression", "columns": [{"name": "x"}]})");
+  absl::StatusOr<StatsBuilder> b = StatsBuilder::Create(r, {"x", "y"});
+  EXPECT_THAT(b->Add(Fields("1,1e300"), "big.csv:2").message(),
+              HasSubstr("big.csv:2: column \"y\": \"1e300\" is not a number within a float's "
+                        "range"));
 }
 
 TEST(FeatureStatsTest, BadRowsAreNamedByFileLineAndColumn) {
@@ -293,6 +327,26 @@ TEST(FeatureStatsTest, StatisticsTravelAsJsonAndMustFitTheirSchema) {
                   .status()
                   .message(),
               HasSubstr("bad escape"));
+  // Statistics that could not come from data are refused, not used.
+  auto refused = [](absl::string_view column_json, absl::string_view classes) {
+    return std::string(FeatureStats::FromJson(absl::StrCat(R"({"rows": 3, "classes": )", classes,
+                                                           R"(, "columns": [)", column_json, "]}"),
+                                              "ckpt")
+                           .status()
+                           .message());
+  };
+  const std::string good =
+      R"({"count": 3, "missing": 0, "mean": 1, "stddev": 1, "min": 0, "max": 2, )"
+      R"("boundaries": [0.5, 1.5], "vocabulary": ["a", "b"]})";
+  EXPECT_EQ(refused(good, R"(["0", "1"])"), "");
+  EXPECT_THAT(refused(absl::StrReplaceAll(good, {{R"("stddev": 1)", R"("stddev": -1)"}}), "[]"),
+              HasSubstr("ckpt: feature statistics: column 0: counts, moments or range"));
+  EXPECT_THAT(refused(absl::StrReplaceAll(good, {{"[0.5, 1.5]", "[1.5, 0.5]"}}), "[]"),
+              HasSubstr("bucket boundaries not finite and ascending"));
+  EXPECT_THAT(refused(absl::StrReplaceAll(good, {{R"(["a", "b"])", R"(["a", "a"])"}}), "[]"),
+              HasSubstr("a vocabulary value twice"));
+  EXPECT_THAT(refused(good, R"(["1", "1"])"), HasSubstr("the classes must be distinct"));
+  EXPECT_THAT(refused(good, R"(["1"])"), HasSubstr("the classes must be distinct"));
   EXPECT_THAT(FeatureStats::FromJson("{\"rows\": 1}", "ckpt/features.json").status().message(),
               HasSubstr("ckpt/features.json: feature statistics:"));
 
@@ -347,6 +401,15 @@ TEST(SchemaInferrerTest, ChoosesEachColumnsKindAndSaysWhy) {
               HasSubstr("no column \"c\""));
   EXPECT_THAT(SchemaInferrer::Create({"y", "caf\xe9"}, "").status().message(),
               HasSubstr("the name of column 2 is not UTF-8"));
+  EXPECT_THAT(SchemaInferrer::Create({"y", "a", "a"}, "").status().message(),
+              HasSubstr("the header names column \"a\" twice (fields 2 and 3)"));
+  EXPECT_THAT(SchemaInferrer::Create({"y", " "}, "").status().message(),
+              HasSubstr("column 2 has no name in the header"));
+  absl::StatusOr<SchemaInferrer> nothing = SchemaInferrer::Create({"y", "id", "gone"}, "");
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(nothing->Add(Fields(absl::StrCat(i % 2, ",user", i, ",")), "n").ok());
+  }
+  EXPECT_THAT(nothing->Finish().status().message(), HasSubstr("no column is left to be a feature"));
 }
 
 }  // namespace

@@ -69,13 +69,15 @@ absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
                                  const TextOptions& options);
 // One record of a delimited file split into its fields as written (RFC 4180 quoting: a field
 // that starts with a quote runs to the closing one, "" inside it is a quote, and the delimiter
-// inside it is text; other fields keep their spaces). A quoted field cannot span lines.
+// inside it is text; other fields keep their spaces; spaces around a quoted field are skipped
+// unless the delimiter is a space). A quoted field cannot span lines.
 // InvalidArgument naming the field for a quote not closed or text after a closing quote.
 absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
                             std::vector<std::string>* fields);
 // Calls `fn` with the fields of every non-blank record of a plain or gzip-compressed file
-// (SplitCsvRecord) and its line number; the first error, `fn`'s or "path:line: what", stops
-// the read. The fields are valid during the call.
+// (SplitCsvRecord; a UTF-8 byte order mark before the first is dropped) and its line number;
+// the first error, `fn`'s or "path:line: what", stops the read. The fields are valid during the
+// call. A quote or a line end as the delimiter is InvalidArgument.
 using CsvRecordFn =
     std::function<absl::Status(const std::vector<absl::string_view>& fields, int64_t line)>;
 absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn);

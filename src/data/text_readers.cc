@@ -166,8 +166,10 @@ absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
     field.clear();
     // A field that starts with a quote (after spaces) runs to the matching one; "" inside it
     // is a quote. Otherwise it runs to the delimiter, spaces kept.
+    // (With a space as the delimiter, spaces separate fields and are never skipped.)
+    const bool skip_spaces = delimiter != ' ';
     size_t start = i;
-    while (start < line.size() && line[start] == ' ') ++start;
+    while (skip_spaces && start < line.size() && line[start] == ' ') ++start;
     if (start < line.size() && line[start] == '"') {
       size_t j = start + 1;
       while (true) {
@@ -185,7 +187,7 @@ absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
         field.push_back(line[j++]);
       }
       i = j + 1;
-      while (i < line.size() && line[i] == ' ') ++i;
+      while (skip_spaces && i < line.size() && line[i] == ' ') ++i;
       if (i < line.size() && line[i] != delimiter) {
         return Bad(absl::StrCat("field ", fields->size() + 1, ": text after its closing quote"));
       }
@@ -208,7 +210,12 @@ absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const Csv
   std::string line;
   std::vector<std::string> fields;
   std::vector<absl::string_view> views;
+  if (delimiter == '"' || delimiter == '\n' || delimiter == '\r') {
+    return absl::InvalidArgumentError("a quote or a line end cannot be the delimiter");
+  }
   while (in.Next(&line)) {
+    // A byte order mark (files saved by spreadsheets) is not part of the first column's name.
+    if (in.number() == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) line.erase(0, 3);
     if (IsBlank(line)) continue;
     if (absl::Status s = SplitCsvRecord(line, delimiter, &fields); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", in.number(), ": ", s.message()));

@@ -28,7 +28,8 @@ namespace pstrain {
 // as it is.
 enum class Normalizer { kNone, kStandardize, kMinMax, kLog1p };
 // How a categorical column's values become ids. kVocabulary: the values seen in training at
-// least min_count times, most frequent first (id 0 is "other": unseen, rare or missing).
+// least min_count times, most frequent first (id 0 is "other": unseen or rare; a missing value
+// has a key of its own).
 // kHash: a hash of the value modulo hash_buckets (memory bounded whatever the number of
 // distinct values). kIdentity: the value is an integer code in [0, num_ids).
 enum class Encoding { kVocabulary, kHash, kIdentity };
@@ -149,6 +150,7 @@ class Transform {
   FeatureShape shape_;
   std::vector<int> field_of_column_;                  // schema column -> header field
   int label_field_ = 0;                               // header field of the label
+  size_t width_ = 0;                                  // fields per row
   std::vector<std::vector<int>> cross_columns_;       // per cross, its schema columns
   absl::flat_hash_map<std::string, int> class_of_;    // a label's class, by its text ...
   absl::flat_hash_map<double, int> class_of_number_;  // ... or by its number ("1.0" is "1")

@@ -1,4 +1,5 @@
 // A schema and its statistics as JSON: read with every field checked, written back the same.
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -112,6 +113,26 @@ class Reader {
   std::set<std::string> seen_;
 };
 
+// The most ids a column or a cross has (CategoricalKey takes a 32-bit id).
+constexpr int64_t kMaxIds = int64_t{1} << 31;
+
+// Which kind of column each key other than "name" and "type" applies to, and for categorical
+// columns which encoding ("" for any).
+struct KeyOf {
+  const char* key;
+  ColumnSpec::Kind kind;
+  const char* encoding;
+};
+constexpr KeyOf kColumnKeys[] = {
+    {"normalizer", ColumnSpec::Kind::kNumeric, ""},
+    {"missing_indicator", ColumnSpec::Kind::kNumeric, ""},
+    {"buckets", ColumnSpec::Kind::kBucketized, ""},
+    {"encoding", ColumnSpec::Kind::kCategorical, ""},
+    {"min_count", ColumnSpec::Kind::kCategorical, "vocabulary"},
+    {"hash_buckets", ColumnSpec::Kind::kCategorical, "hash"},
+    {"num_ids", ColumnSpec::Kind::kCategorical, "identity"},
+};
+
 absl::StatusOr<ColumnSpec> ReadColumn(const json& j, const std::string& where) {
   Reader r(j, where);
   if (absl::Status s = r.Check(); !s.ok()) return s;
@@ -124,11 +145,33 @@ absl::StatusOr<ColumnSpec> ReadColumn(const json& j, const std::string& where) {
   if (s.ok()) s = r.Get("buckets", &buckets, 2, 10000);
   if (s.ok()) s = r.Get("encoding", kEncodings, &c.encoding);
   if (s.ok()) s = r.Get("min_count", &c.min_count, 1, int64_t{1} << 40);
-  if (s.ok()) s = r.Get("hash_buckets", &c.hash_buckets, 2, int64_t{1} << 31);
-  if (s.ok()) s = r.Get("num_ids", &c.num_ids, 1, int64_t{1} << 31);
+  if (s.ok()) s = r.Get("hash_buckets", &c.hash_buckets, 2, kMaxIds);
+  if (s.ok()) s = r.Get("num_ids", &c.num_ids, 1, kMaxIds);
   if (s.ok()) s = r.Get("embedding_dim", &embedding_dim, 1, 4096);
   if (s.ok()) s = r.NoOthers();
   if (!s.ok()) return s;
+  // A key of another kind of column would be ignored: a mistake (a column without "type" is
+  // numeric).
+  for (const KeyOf& k : kColumnKeys) {
+    if (j.find(k.key) == j.end()) continue;
+    const bool kind_ok = c.kind == k.kind;
+    const bool encoding_ok =
+        *k.encoding == 0 || NameOf(kEncodings, c.encoding) == std::string(k.encoding);
+    if (!kind_ok || !encoding_ok) {
+      return r.Bad(absl::StrCat("\"", k.key, "\" applies to ", NameOf(kKinds, k.kind),
+                                *k.encoding == 0 ? "" : absl::StrCat(" (", k.encoding, ")"),
+                                " columns, and column \"", c.name, "\" is ", NameOf(kKinds, c.kind),
+                                c.kind == ColumnSpec::Kind::kCategorical
+                                    ? absl::StrCat(" (", NameOf(kEncodings, c.encoding), ")")
+                                    : ""));
+    }
+  }
+  if (j.find("embedding_dim") != j.end() && c.kind == ColumnSpec::Kind::kNumeric) {
+    return r.Bad(
+        absl::StrCat("\"embedding_dim\" applies to categorical and bucketized columns, "
+                     "and column \"",
+                     c.name, "\" is numeric"));
+  }
   c.buckets = static_cast<int>(buckets);
   c.embedding_dim = static_cast<int>(embedding_dim);
   if (c.name.empty()) return r.Bad("a column needs a \"name\"");
@@ -181,7 +224,7 @@ absl::StatusOr<Schema> Schema::FromJson(absl::string_view text, absl::string_vie
     if (absl::Status t = x.Check(); !t.ok()) return t;
     CrossSpec cross;
     const json* of = x.Find("columns");
-    absl::Status t = x.Get("hash_buckets", &cross.hash_buckets, 2, int64_t{1} << 31);
+    absl::Status t = x.Get("hash_buckets", &cross.hash_buckets, 2, kMaxIds);
     if (t.ok()) t = x.NoOthers();
     if (!t.ok()) return t;
     if (cross.hash_buckets == 0) return x.Bad("a cross needs \"hash_buckets\"");
@@ -325,6 +368,11 @@ absl::StatusOr<FeatureStats> FeatureStats::FromJson(absl::string_view text,
     absl::StatusOr<std::vector<std::string>> classes = Unescape(j.at("classes"));
     if (!classes.ok()) return bad(classes.status().message());
     stats.classes = *std::move(classes);
+    if (std::set<std::string>(stats.classes.begin(), stats.classes.end()).size() !=
+            stats.classes.size() ||
+        stats.classes.size() == 1 || stats.rows < 0) {
+      return bad("the classes must be distinct, and none or at least 2");
+    }
     for (const json& c : j.at("columns")) {
       ColumnStats s;
       s.count = c.at("count").get<int64_t>();
@@ -337,6 +385,20 @@ absl::StatusOr<FeatureStats> FeatureStats::FromJson(absl::string_view text,
       absl::StatusOr<std::vector<std::string>> vocabulary = Unescape(c.at("vocabulary"));
       if (!vocabulary.ok()) return bad(vocabulary.status().message());
       s.vocabulary = *std::move(vocabulary);
+      const std::string column = absl::StrCat("column ", stats.columns.size(), ": ");
+      if (s.count < 0 || s.missing < 0 || !std::isfinite(s.mean) || !std::isfinite(s.min) ||
+          !std::isfinite(s.max) || !std::isfinite(s.stddev) || s.stddev < 0 || s.min > s.max) {
+        return bad(absl::StrCat(column, "counts, moments or range out of their domain"));
+      }
+      for (size_t b = 0; b < s.boundaries.size(); ++b) {
+        if (!std::isfinite(s.boundaries[b]) || (b > 0 && s.boundaries[b] <= s.boundaries[b - 1])) {
+          return bad(absl::StrCat(column, "bucket boundaries not finite and ascending"));
+        }
+      }
+      if (std::set<std::string>(s.vocabulary.begin(), s.vocabulary.end()).size() !=
+          s.vocabulary.size()) {
+        return bad(absl::StrCat(column, "a vocabulary value twice"));
+      }
       stats.columns.push_back(std::move(s));
     }
   } catch (const json::exception& e) {

@@ -1,10 +1,9 @@
 // One pass over the training rows: the statistics a schema needs, and a schema inferred for a
 // table nobody described.
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,22 +16,11 @@
 #include "nlohmann/json.hpp"
 
 namespace pstrain {
-namespace features_internal {
 
-std::optional<double> ParseNumber(absl::string_view field) {
-  double v = 0;
-  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(field), &v) || !std::isfinite(v)) {
-    return std::nullopt;
-  }
-  return v;
-}
-
-uint64_t StableHash(absl::string_view bytes, uint64_t seed) {
-  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), seed);
-}
-
-}  // namespace features_internal
-
+using features_internal::CheckWidth;
+using features_internal::FieldError;
+using features_internal::IdNotInRange;
+using features_internal::kNotATarget;
 using features_internal::ParseNumber;
 
 bool IsMissing(absl::string_view field) {
@@ -42,15 +30,6 @@ bool IsMissing(absl::string_view field) {
 
 namespace {
 
-// The header field of each name, or an error naming the one the header lacks.
-absl::StatusOr<int> FieldOf(const std::vector<std::string>& header, const std::string& name) {
-  for (size_t i = 0; i < header.size(); ++i) {
-    if (header[i] == name) return static_cast<int>(i);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the data has no column \"", name, "\" (its header: ", absl::StrJoin(header, ","), ")"));
-}
-
 bool IsUtf8(const std::string& text) {
   try {
     (void)nlohmann::json(text).dump();
@@ -58,13 +37,6 @@ bool IsUtf8(const std::string& text) {
   } catch (const nlohmann::json::type_error&) {
     return false;
   }
-}
-
-absl::Status CheckWidth(const std::vector<absl::string_view>& fields, size_t width,
-                        absl::string_view where) {
-  if (fields.size() == width) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, ": ", fields.size(), " fields where the header has ", width));
 }
 
 // Mean and variance in one pass (Welford), with the range. In long double: a square of a
@@ -89,21 +61,21 @@ struct Moments {
   }
 };
 
-// The label's values, counted; their classes in numeric order when every one is a number.
+// The label's classes: when every value is a number, one class per number (the first text of
+// it in byte order names it: "1" and "1.0" are one class) in numeric order; otherwise the texts
+// in byte order.
 std::vector<std::string> ClassesOf(const absl::flat_hash_map<std::string, int64_t>& counts) {
+  std::vector<std::string> texts;
+  for (const auto& [value, n] : counts) texts.push_back(value);
+  std::sort(texts.begin(), texts.end());
+  std::map<double, std::string> numbers;
+  for (const std::string& t : texts) {
+    std::optional<double> v = ParseNumber(t);
+    if (!v) return texts;
+    numbers.emplace(*v, t);  // keeps the first text of a number
+  }
   std::vector<std::string> classes;
-  bool numeric = true;
-  for (const auto& [value, n] : counts) {
-    classes.push_back(value);
-    numeric = numeric && ParseNumber(value).has_value();
-  }
-  if (numeric) {
-    std::sort(classes.begin(), classes.end(), [](const std::string& a, const std::string& b) {
-      return *ParseNumber(a) < *ParseNumber(b);
-    });
-  } else {
-    std::sort(classes.begin(), classes.end());
-  }
+  for (auto& [v, t] : numbers) classes.push_back(std::move(t));
   return classes;
 }
 
@@ -111,9 +83,7 @@ std::vector<std::string> ClassesOf(const absl::flat_hash_map<std::string, int64_
 
 struct StatsBuilder::State {
   Schema schema;
-  size_t width = 0;
-  std::vector<int> field;  // per schema column, its header field
-  int label_field = 0;
+  features_internal::Layout layout;
   std::vector<Moments> moments;
   std::vector<int64_t> missing;
   std::vector<std::vector<double>> sample;                        // bucketized
@@ -130,17 +100,11 @@ StatsBuilder::~StatsBuilder() = default;
 
 absl::StatusOr<StatsBuilder> StatsBuilder::Create(const Schema& schema,
                                                   const std::vector<std::string>& header) {
+  absl::StatusOr<features_internal::Layout> layout = features_internal::LayoutOf(schema, header);
+  if (!layout.ok()) return layout.status();
   auto st = std::make_unique<State>();
   st->schema = schema;
-  st->width = header.size();
-  for (const ColumnSpec& c : schema.columns) {
-    absl::StatusOr<int> f = FieldOf(header, c.name);
-    if (!f.ok()) return f.status();
-    st->field.push_back(*f);
-  }
-  absl::StatusOr<int> label = FieldOf(header, schema.label);
-  if (!label.ok()) return label.status();
-  st->label_field = *label;
+  st->layout = *std::move(layout);
   const size_t n = schema.columns.size();
   st->moments.resize(n);
   st->missing.resize(n);
@@ -152,28 +116,21 @@ absl::StatusOr<StatsBuilder> StatsBuilder::Create(const Schema& schema,
 absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
                                absl::string_view where) {
   State& st = *state_;
-  if (absl::Status s = CheckWidth(fields, st.width, where); !s.ok()) return s;
-  auto bad = [&](const std::string& column, absl::string_view f, absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": column \"", column, "\": \"", f, "\" ", what));
-  };
+  if (absl::Status s = CheckWidth(fields, st.layout.width, where); !s.ok()) return s;
   // Every field is checked before any is counted: a row refused leaves the statistics as they
   // were (a reader that skips bad lines goes on from them).
   const size_t n = st.schema.columns.size();
   std::vector<std::optional<double>> values(n);  // numeric and bucketized, nullopt if missing
   for (size_t i = 0; i < n; ++i) {
     const ColumnSpec& c = st.schema.columns[i];
-    const absl::string_view f = absl::StripAsciiWhitespace(fields[st.field[i]]);
+    const absl::string_view f = absl::StripAsciiWhitespace(fields[st.layout.field[i]]);
     if (IsMissing(f)) continue;
     std::optional<double> v = ParseNumber(f);
     if (c.kind != ColumnSpec::Kind::kCategorical) {
-      if (!v) return bad(c.name, f, "is not a finite number");
-      values[i] = c.kind == ColumnSpec::Kind::kNumeric && c.normalizer == Normalizer::kLog1p
-                      ? features_internal::SignedLog1p(*v)
-                      : *v;
-    } else if (c.encoding == Encoding::kIdentity &&
-               (!v || *v != std::floor(*v) || *v < 0 || *v >= c.num_ids)) {
-      return bad(c.name, f, absl::StrCat("is not an id from 0 to ", c.num_ids - 1));
+      if (!v) return FieldError(where, c.name, f, "is not a finite number");
+      values[i] = features_internal::ScaledInput(c, *v);
+    } else if (c.encoding == Encoding::kIdentity && !features_internal::IdentityId(c, f)) {
+      return FieldError(where, c.name, f, IdNotInRange(c));
     } else if (c.encoding == Encoding::kVocabulary && !st.counts[i].contains(f) &&
                static_cast<int64_t>(st.counts[i].size()) >= kMaxVocabulary) {
       return absl::InvalidArgumentError(
@@ -181,14 +138,14 @@ absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
                        " distinct values: give it \"encoding\": \"hash\" with \"hash_buckets\""));
     }
   }
-  const absl::string_view label = absl::StripAsciiWhitespace(fields[st.label_field]);
+  const absl::string_view label = absl::StripAsciiWhitespace(fields[st.layout.label]);
   if (IsMissing(label)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": the label \"", st.schema.label, "\" is missing"));
   }
   if (st.schema.task == Schema::Task::kRegression) {
-    if (!ParseNumber(label)) {
-      return bad(st.schema.label, label, "is not a number (task regression)");
+    if (!features_internal::ParseTarget(label)) {
+      return FieldError(where, st.schema.label, label, kNotATarget);
     }
   } else if (!st.labels.contains(label) &&
              static_cast<int64_t>(st.labels.size()) >= kMaxVocabulary) {
@@ -200,7 +157,7 @@ absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
   }
   for (size_t i = 0; i < n; ++i) {
     const ColumnSpec& c = st.schema.columns[i];
-    const absl::string_view f = absl::StripAsciiWhitespace(fields[st.field[i]]);
+    const absl::string_view f = absl::StripAsciiWhitespace(fields[st.layout.field[i]]);
     if (IsMissing(f)) {
       ++st.missing[i];
     } else if (c.kind == ColumnSpec::Kind::kCategorical) {
@@ -298,17 +255,25 @@ absl::StatusOr<SchemaInferrer> SchemaInferrer::Create(const std::vector<std::str
   if (header.size() < 2) {
     return absl::InvalidArgumentError("a table needs a label column and at least one feature");
   }
+  // A schema names each column once, by a UTF-8 name.
   for (size_t i = 0; i < header.size(); ++i) {
     if (!IsUtf8(header[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("the name of column ", i + 1,
                        " is not UTF-8 (a schema is JSON): convert the file, e.g. with iconv"));
     }
+    if (absl::StripAsciiWhitespace(header[i]).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("column ", i + 1, " has no name in the header: a schema names columns"));
+    }
+    if (absl::StatusOr<int> f = features_internal::FieldIndex(header, header[i]); !f.ok()) {
+      return f.status();
+    }
   }
   auto st = std::make_unique<State>();
   st->header = header;
   if (!label.empty()) {
-    absl::StatusOr<int> f = FieldOf(header, std::string(label));
+    absl::StatusOr<int> f = features_internal::FieldIndex(header, std::string(label));
     if (!f.ok()) return f.status();
     st->label = *f;
   }
@@ -393,6 +358,10 @@ absl::StatusOr<InferredSchema> SchemaInferrer::Finish() const {
     }
     schema.columns.push_back(std::move(spec));
     out.reasons.push_back(absl::StrCat(st.header[i], ": ", why));
+  }
+  if (schema.columns.empty()) {
+    return absl::InvalidArgumentError(
+        "no column is left to be a feature (every one is missing or an identifier)");
   }
   const State::Column& label = st.columns[st.label];
   if (label.numbers && !label.integers) {

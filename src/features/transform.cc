@@ -16,14 +16,6 @@ using features_internal::ParseNumber;
 
 namespace {
 
-absl::StatusOr<int> FieldIn(const std::vector<std::string>& header, const std::string& name) {
-  auto it = std::find(header.begin(), header.end(), name);
-  if (it == header.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("the data has no column \"", name, "\""));
-  }
-  return static_cast<int>(it - header.begin());
-}
-
 // The largest magnitude of a normalized value (docs/features.md).
 constexpr long double kMaxScaled = 1e6;
 
@@ -47,20 +39,19 @@ absl::StatusOr<Transform> Transform::Create(Schema schema, FeatureStats stats,
     return absl::InvalidArgumentError(
         "the feature statistics were computed for another task than the schema's");
   }
+  absl::StatusOr<features_internal::Layout> layout = features_internal::LayoutOf(schema, header);
+  if (!layout.ok()) return layout.status();
   Transform t;
+  t.field_of_column_ = layout->field;
+  t.label_field_ = layout->label;
+  t.width_ = layout->width;
   for (const ColumnSpec& c : schema.columns) {
-    absl::StatusOr<int> f = FieldIn(header, c.name);
-    if (!f.ok()) return f.status();
-    t.field_of_column_.push_back(*f);
     if (c.kind == ColumnSpec::Kind::kNumeric) {
       t.shape_.dense_features += c.missing_indicator ? 2 : 1;
     } else {
       ++t.shape_.categorical_fields;
     }
   }
-  absl::StatusOr<int> label = FieldIn(header, schema.label);
-  if (!label.ok()) return label.status();
-  t.label_field_ = *label;
   for (const CrossSpec& x : schema.crosses) {
     std::vector<int> columns;
     for (const std::string& name : x.columns) {
@@ -91,24 +82,16 @@ absl::StatusOr<Transform> Transform::Create(Schema schema, FeatureStats stats,
 
 absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
                                absl::string_view where, Examples* out) const {
-  if (fields.size() <= static_cast<size_t>(label_field_)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", fields.size(), " fields"));
-  }
-  for (int f : field_of_column_) {
-    if (fields.size() <= static_cast<size_t>(f)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", fields.size(), " fields"));
-    }
-  }
-  auto bad = [&](const std::string& column, absl::string_view field, absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": column \"", column, "\": \"", field, "\" ", what));
+  if (absl::Status s = features_internal::CheckWidth(fields, width_, where); !s.ok()) return s;
+  auto bad = [&](absl::string_view column, absl::string_view field, absl::string_view what) {
+    return features_internal::FieldError(where, column, field, what);
   };
   // The label first: nothing is appended for a row that fails.
   float label = 0;
   const absl::string_view l = absl::StripAsciiWhitespace(fields[label_field_]);
   if (schema_.task == Schema::Task::kRegression) {
-    std::optional<double> v = ParseNumber(l);
-    if (!v) return bad(schema_.label, l, "is not a number (task regression)");
+    std::optional<double> v = features_internal::ParseTarget(l);
+    if (!v) return bad(schema_.label, l, features_internal::kNotATarget);
     label = static_cast<float>(*v);
   } else {
     auto it = class_of_.find(l);
@@ -138,11 +121,9 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
       } else if (c.encoding == Encoding::kHash) {
         ids[i].id = features_internal::StableHash(f) % static_cast<uint64_t>(c.hash_buckets);
       } else {
-        std::optional<double> v = ParseNumber(f);
-        if (!v || *v != std::floor(*v) || *v < 0 || *v >= c.num_ids) {
-          return bad(c.name, f, absl::StrCat("is not an id from 0 to ", c.num_ids - 1));
-        }
-        ids[i].id = static_cast<uint64_t>(*v);
+        std::optional<uint64_t> id = features_internal::IdentityId(c, f);
+        if (!id) return bad(c.name, f, features_internal::IdNotInRange(c));
+        ids[i].id = *id;
       }
       continue;
     }
@@ -159,9 +140,7 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
       }
       continue;
     }
-    long double x =
-        missing ? s.mean
-                : (c.normalizer == Normalizer::kLog1p ? features_internal::SignedLog1p(*v) : *v);
+    long double x = missing ? s.mean : features_internal::ScaledInput(c, *v);
     switch (c.normalizer) {
       case Normalizer::kStandardize:
       case Normalizer::kLog1p:
@@ -196,9 +175,11 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
   for (size_t x = 0; x < schema_.crosses.size(); ++x) {
     uint64_t h = 0;
     for (int i : cross_columns_[x]) {
+      // The id's bytes, little-endian whatever the machine.
       const uint64_t part = ids[i].missing ? ~uint64_t{0} : ids[i].id;
-      h = features_internal::StableHash(
-          absl::string_view(reinterpret_cast<const char*>(&part), sizeof(part)), h);
+      char bytes[8];
+      for (int b = 0; b < 8; ++b) bytes[b] = static_cast<char>((part >> (8 * b)) & 0xff);
+      h = features_internal::StableHash(absl::string_view(bytes, sizeof(bytes)), h);
     }
     key(h % static_cast<uint64_t>(schema_.crosses[x].hash_buckets), false);
   }
