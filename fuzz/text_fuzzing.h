@@ -68,7 +68,15 @@ void FuzzTextReader(const uint8_t* data, size_t size, const std::string& name, R
   }
   CheckExamples(*e, options);
   absl::StatusOr<int64_t> records = CountRecords(path);
-  FUZZ_CHECK(records.ok() && *records >= e->size(), "CountRecords counts every row");
+  if (!records.ok()) {
+    // A damaged compressed file: the records asked for ended before the damage, the count of
+    // the whole file meets it (as a job's start does), and names the file.
+    FUZZ_CHECK(records.status().code() == absl::StatusCode::kDataLoss &&
+                   records.status().message().find(path) != std::string::npos,
+               records.status().ToString());
+    return;
+  }
+  FUZZ_CHECK(*records >= e->size(), "CountRecords counts every row");
 }
 
 }  // namespace pstrain::fuzz
