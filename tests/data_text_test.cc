@@ -251,5 +251,38 @@ TEST_F(TextReaderTest, CsvRecordsOfAFileWithTheirLines) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(TextReaderTest, CsvRecordsOfARangeWithBadOnesSkippedAndCounted) {
+  const std::string path = Write("r.csv", "h1,h2\na,1\n\n\"b,2\nc,x\nd,4\ne,5\n");
+  // Records: 0 header, 1 a, 2 "b (unclosed), 3 c, 4 d, 5 e.
+  std::vector<std::string> seen;
+  auto fn = [&](const std::vector<absl::string_view>& f, int64_t line, int64_t record) {
+    if (f[1] == "x") return absl::InvalidArgumentError("x is not a number");
+    seen.push_back(absl::StrCat(record, "@", line, ":", f[0]));
+    return absl::OkStatus();
+  };
+  TextOptions range;
+  range.first_record = 1;
+  range.end_record = 5;
+  range.bad_lines = TextOptions::BadLines::kSkip;
+  absl::StatusOr<int64_t> skipped = ForEachCsvRecord(path, ',', range, fn);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(*skipped, 2);  // the unclosed quote and the refused "x"
+  EXPECT_THAT(seen, ElementsAre("1@2:a", "4@6:d"));
+  // Under kStop the first bad record stops the read, naming its line.
+  range.bad_lines = TextOptions::BadLines::kStop;
+  seen.clear();
+  EXPECT_THAT(ForEachCsvRecord(path, ',', range, fn).status().message(),
+              HasSubstr(path + ":4: field 1: a quote that is not closed"));
+  // Errors other than InvalidArgument stop even under kSkip.
+  range.bad_lines = TextOptions::BadLines::kSkip;
+  EXPECT_EQ(ForEachCsvRecord(path, ',', range,
+                             [](const std::vector<absl::string_view>&, int64_t, int64_t) {
+                               return absl::CancelledError("enough");
+                             })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace pstrain

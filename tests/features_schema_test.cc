@@ -1,6 +1,7 @@
 // Feature columns: a schema read from JSON with every mistake named, statistics from one pass
 // over rows, the transform of a row against hand-computed values, and a schema inferred.
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -410,6 +411,67 @@ TEST(SchemaInferrerTest, ChoosesEachColumnsKindAndSaysWhy) {
     ASSERT_TRUE(nothing->Add(Fields(absl::StrCat(i % 2, ",user", i, ",")), "n").ok());
   }
   EXPECT_THAT(nothing->Finish().status().message(), HasSubstr("no column is left to be a feature"));
+}
+
+TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
+  const std::string path = ::testing::TempDir() + "/feature_table.csv";
+  struct Removed {
+    const std::string& path;
+    ~Removed() { std::remove(path.c_str()); }
+  } removed{path};
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("y,x,color\nyes,1,red\nno,3,blue\n\nyes,oops,red\nno,5,red\nyes,7,green\n", f);
+    std::fclose(f);
+  }
+  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, ',');
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_THAT(*header, ElementsAre("y", "x", "color"));
+  const Schema schema = Parse(R"({"label": "y", "columns": [
+      {"name": "x", "type": "numeric", "normalizer": "none"},
+      {"name": "color", "type": "categorical"}]})");
+  // Statistics over the training records [1, 5): record 3 ("oops") stops the pass, or is
+  // skipped and counted nowhere.
+  TextOptions training;
+  training.end_record = 5;
+  EXPECT_THAT(ComputeCsvStats(schema, path, ',', training).status().message(),
+              HasSubstr(path + ":5: column \"x\""));
+  training.bad_lines = TextOptions::BadLines::kSkip;
+  absl::StatusOr<FeatureStats> stats = ComputeCsvStats(schema, path, ',', training);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->rows, 3);
+  EXPECT_DOUBLE_EQ(stats->columns[0].mean, 3.0);  // 1, 3, 5
+  EXPECT_THAT(stats->classes, ElementsAre("no", "yes"));
+  absl::StatusOr<Transform> t = CsvTransform(schema, *stats, path, ',');
+  ASSERT_TRUE(t.ok()) << t.status();
+  // Records [2, 6): 2 (no,3), 3 skipped, 4 (no,5), 5 (yes,7; green unseen: id 0).
+  TextOptions range = training;
+  range.first_record = 2;
+  range.end_record = 6;
+  absl::StatusOr<Examples> e = ReadCsvThrough(*t, path, ',', range);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->labels, ElementsAre(0, 0, 1));
+  EXPECT_THAT(e->dense, ElementsAre(3, 5, 7));
+  EXPECT_THAT(e->records, ElementsAre(2, 4, 5));
+  EXPECT_EQ(e->bad_lines_skipped, 1);
+  EXPECT_EQ(e->sparse_keys[2], CategoricalKey(0, 0, false));
+  // From record 0 the header gives no row; an inferred schema sees the same rows.
+  range.first_record = 0;
+  absl::StatusOr<Examples> from0 = ReadCsvThrough(*t, path, ',', range);
+  ASSERT_TRUE(from0.ok()) << from0.status();
+  EXPECT_THAT(from0->records, ElementsAre(1, 2, 4, 5));
+  absl::StatusOr<InferredSchema> inferred = InferCsvSchema(path, ',', "y", training);
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->schema.label, "y");
+  // A schema naming a column the header lacks is refused naming the file and the column.
+  EXPECT_THAT(
+      ComputeCsvStats(Parse(R"({"label": "y", "columns": [{"name": "z", "type": "numeric"}]})"),
+                      path, ',', training)
+          .status()
+          .message(),
+      HasSubstr(path + ": "));
+  EXPECT_FALSE(ReadCsvHeader(::testing::TempDir() + "/none.csv", ',').ok());
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,26 +17,7 @@ absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat("--data ", data, ": infer-schema reads csv:PATH (a CSV file with a header)"));
   }
-  const std::string path = data.substr(4);
-  std::optional<SchemaInferrer> inferrer;
-  absl::Status s = ForEachCsvRecord(
-      path, delimiter, [&](const std::vector<absl::string_view>& fields, int64_t line) {
-        if (!inferrer.has_value()) {  // the header
-          absl::StatusOr<SchemaInferrer> in =
-              SchemaInferrer::Create(std::vector<std::string>(fields.begin(), fields.end()), label);
-          if (!in.ok())
-            return absl::InvalidArgumentError(absl::StrCat(path, ": ", in.status().message()));
-          inferrer.emplace(*std::move(in));
-          return absl::OkStatus();
-        }
-        return inferrer->Add(fields, absl::StrCat(path, ":", line));
-      });
-  if (!s.ok()) return s;
-  if (!inferrer.has_value()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty file"));
-  absl::StatusOr<InferredSchema> got = inferrer->Finish();
-  if (!got.ok())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
-  return got;
+  return InferCsvSchema(data.substr(4), delimiter, label, TextOptions{});
 }
 
 }  // namespace

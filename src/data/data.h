@@ -81,6 +81,14 @@ absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
 using CsvRecordFn =
     std::function<absl::Status(const std::vector<absl::string_view>& fields, int64_t line)>;
 absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn);
+// The same over records [options.first_record, options.end_record) only (records before the
+// first are not split), `fn` told each one's record number too. Under BadLines::kSkip a record
+// that cannot be split, or that `fn` refuses with InvalidArgument, is skipped and counted (`fn`
+// must then have kept nothing of it); the count is returned. Other errors stop the read.
+using CsvRangeFn = std::function<absl::Status(const std::vector<absl::string_view>& fields,
+                                              int64_t line, int64_t record)>;
+absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter,
+                                         const TextOptions& options, const CsvRangeFn& fn);
 
 // LibSVM: "label index:value index:value ..." with strictly increasing indices; "# ..." ends a
 // line. The features are sparse (key = index).
@@ -180,6 +188,10 @@ class Dataset {
   absl::StatusOr<Examples> ReadTrain(int64_t begin, int64_t end) const;
   // Every held-out example.
   absl::StatusOr<Examples> ReadTest() const;
+  // Where the held-out examples are: records [test_begin(), test_end()) of test_spec().
+  const DataSpec& test_spec() const { return options_.test ? *options_.test : train_; }
+  int64_t test_begin() const { return test_begin_; }
+  int64_t test_end() const { return test_end_; }
 
  private:
   DataSpec train_;

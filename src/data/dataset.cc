@@ -183,7 +183,7 @@ absl::StatusOr<Examples> Dataset::ReadTrain(int64_t begin, int64_t end) const {
 }
 
 absl::StatusOr<Examples> Dataset::ReadTest() const {
-  const DataSpec& spec = options_.test ? *options_.test : train_;
+  const DataSpec& spec = test_spec();
   const char* split = spec.format == DataSpec::Format::kIdx ? kTestSplit : kTrainSplit;
   return ReadRecords(spec, split, test_begin_, test_end_, options_.bad_lines);
 }

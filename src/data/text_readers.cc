@@ -204,7 +204,8 @@ absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
   }
 }
 
-absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn) {
+absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter,
+                                         const TextOptions& options, const CsvRangeFn& fn) {
   LineReader in;
   if (absl::Status s = in.Open(path); !s.ok()) return s;
   std::string line;
@@ -213,17 +214,36 @@ absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const Csv
   if (delimiter == '"' || delimiter == '\n' || delimiter == '\r') {
     return absl::InvalidArgumentError("a quote or a line end cannot be the delimiter");
   }
-  while (in.Next(&line)) {
+  int64_t record = -1, skipped = 0;
+  while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&line)) {
     // A byte order mark (files saved by spreadsheets) is not part of the first column's name.
     if (in.number() == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) line.erase(0, 3);
     if (IsBlank(line)) continue;
-    if (absl::Status s = SplitCsvRecord(line, delimiter, &fields); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", in.number(), ": ", s.message()));
+    if (++record < options.first_record) continue;
+    absl::Status s = SplitCsvRecord(line, delimiter, &fields);
+    if (!s.ok()) {
+      s = absl::InvalidArgumentError(absl::StrCat(path, ":", in.number(), ": ", s.message()));
+    } else {
+      views.assign(fields.begin(), fields.end());
+      s = fn(views, in.number(), record);
     }
-    views.assign(fields.begin(), fields.end());
-    if (absl::Status s = fn(views, in.number()); !s.ok()) return s;
+    if (s.ok()) continue;
+    if (options.bad_lines == TextOptions::BadLines::kSkip &&
+        s.code() == absl::StatusCode::kInvalidArgument) {
+      ++skipped;
+      continue;
+    }
+    return s;
   }
-  return in.FinalStatus();
+  if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
+  return skipped;
+}
+
+absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn) {
+  return ForEachCsvRecord(path, delimiter, TextOptions{},
+                          [&fn](const std::vector<absl::string_view>& fields, int64_t line,
+                                int64_t) { return fn(fields, line); })
+      .status();
 }
 
 uint64_t CategoricalKey(int field, uint32_t value, bool missing) {

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/examples.h"
+#include "data/data.h"
 
 namespace pstrain {
 
@@ -52,6 +53,11 @@ struct ColumnSpec {
   int64_t hash_buckets = 0;  // kHash: required, at least 2
   int64_t num_ids = 0;       // kIdentity: required, at least 1
   int embedding_dim = 0;     // a model's embedding of this column; 0: the model's default
+  // Categorical and bucketized: the column becomes dense one-hot inputs (one per id, and one
+  // for a missing value) instead of a sparse key, as tf.feature_column.indicator_column; at
+  // most kMaxIndicatorWidth of them.
+  bool indicator = false;
+  static constexpr int64_t kMaxIndicatorWidth = 4096;
 };
 
 // A cross of two or more categorical or bucketized columns (the wide part of a model): each
@@ -123,8 +129,9 @@ class StatsBuilder {
 };
 
 // The model's inputs a schema gives: dense floats (per numeric column its value, then its
-// missing flag if asked) and one sparse key per categorical, bucketized and crossed column, its
-// field the index among those (columns first, then crosses).
+// missing flag if asked; per indicator column its one-hot block; in the schema's order) and one
+// sparse key per other categorical, bucketized and crossed column, its field the index among
+// those (columns first, then crosses).
 struct FeatureShape {
   int dense_features = 0;
   int categorical_fields = 0;
@@ -152,6 +159,7 @@ class Transform {
   int label_field_ = 0;                               // header field of the label
   size_t width_ = 0;                                  // fields per row
   std::vector<std::vector<int>> cross_columns_;       // per cross, its schema columns
+  std::vector<int64_t> indicator_width_;              // per column: one-hot inputs, or 0
   absl::flat_hash_map<std::string, int> class_of_;    // a label's class, by its text ...
   absl::flat_hash_map<double, int> class_of_number_;  // ... or by its number ("1.0" is "1")
   std::vector<absl::flat_hash_map<std::string, uint64_t>> vocabulary_;  // per column: ids
@@ -170,13 +178,15 @@ struct InferredSchema {
 // 3 and at most kMaxCodes distinct values are categorical codes; other numbers are standardized
 // numeric columns, with a missing flag where some are missing. The label is `label` (the first
 // column when empty); its task is regression when its values are numbers and not all integers,
-// or integers with more than kMaxCodes distinct values, classification otherwise.
+// or integers with more than kMaxCodes distinct values, classification otherwise. Without
+// `integer_codes`, integer columns are numeric whatever their count of values (for a model
+// that bends a number by itself, such as an MLP, to which a one-hot code loses the order).
 class SchemaInferrer {
  public:
   static constexpr int kMaxCodes = 32;
   static constexpr int64_t kMinRowsForIdentifiers = 20;
   static absl::StatusOr<SchemaInferrer> Create(const std::vector<std::string>& header,
-                                               absl::string_view label);
+                                               absl::string_view label, bool integer_codes = true);
   absl::Status Add(const std::vector<absl::string_view>& fields, absl::string_view where);
   absl::StatusOr<InferredSchema> Finish() const;
 
@@ -189,6 +199,31 @@ class SchemaInferrer {
   explicit SchemaInferrer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// ---- A CSV table read through a schema: what the chief and the workers train on. ----
+// Record 0 of such a file (its first non-blank line) is the header, the columns' names; the
+// rows follow. Records are counted and ranged as data.h's TextOptions counts them, so a worker
+// reads its range of a large file without splitting the records before it. Errors name the
+// file, line and column.
+
+// The column names of the CSV file `path`: its first record. InvalidArgument for an empty file.
+absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, char delimiter);
+// A schema inferred from the rows of records [1, options.end_record) of `path` (SchemaInferrer;
+// a row it refuses stops the pass or is skipped, by options.bad_lines).
+absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
+                                              absl::string_view label, TextOptions options,
+                                              bool integer_codes = true);
+// The statistics of `schema` over the rows of records [1, options.end_record) of `path`.
+absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
+                                             char delimiter, TextOptions options);
+// The transform of `schema` and `stats` for the CSV file `path` (its header names the columns).
+absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
+                                       char delimiter);
+// The examples of records [options.first_record, options.end_record) of `path` through
+// `transform` (the header gives none); rows skipped under kSkip count in bad_lines_skipped, and
+// `records` names each row's record.
+absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
+                                        char delimiter, const TextOptions& options);
 
 // Whether a field is a missing value: empty, or NA, N/A, NaN, ?, null (any case), after
 // surrounding spaces.

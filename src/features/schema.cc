@@ -148,6 +148,7 @@ absl::StatusOr<ColumnSpec> ReadColumn(const json& j, const std::string& where) {
   if (s.ok()) s = r.Get("hash_buckets", &c.hash_buckets, 2, kMaxIds);
   if (s.ok()) s = r.Get("num_ids", &c.num_ids, 1, kMaxIds);
   if (s.ok()) s = r.Get("embedding_dim", &embedding_dim, 1, 4096);
+  if (s.ok()) s = r.Get("indicator", &c.indicator);
   if (s.ok()) s = r.NoOthers();
   if (!s.ok()) return s;
   // A key of another kind of column would be ignored: a mistake (a column without "type" is
@@ -166,11 +167,12 @@ absl::StatusOr<ColumnSpec> ReadColumn(const json& j, const std::string& where) {
                                     : ""));
     }
   }
-  if (j.find("embedding_dim") != j.end() && c.kind == ColumnSpec::Kind::kNumeric) {
-    return r.Bad(
-        absl::StrCat("\"embedding_dim\" applies to categorical and bucketized columns, "
-                     "and column \"",
-                     c.name, "\" is numeric"));
+  for (const char* key : {"embedding_dim", "indicator"}) {
+    if (j.find(key) != j.end() && c.kind == ColumnSpec::Kind::kNumeric) {
+      return r.Bad(absl::StrCat("\"", key,
+                                "\" applies to categorical and bucketized columns, and column \"",
+                                c.name, "\" is numeric"));
+    }
   }
   c.buckets = static_cast<int>(buckets);
   c.embedding_dim = static_cast<int>(embedding_dim);
@@ -276,6 +278,7 @@ std::string Schema::ToJson() const {
     if (c.kind != ColumnSpec::Kind::kNumeric && c.embedding_dim > 0) {
       o["embedding_dim"] = c.embedding_dim;
     }
+    if (c.kind != ColumnSpec::Kind::kNumeric && c.indicator) o["indicator"] = true;
     columns_json.push_back(std::move(o));
   }
   ordered j = {{"label", label}, {"task", NameOf(kTasks, task)}, {"columns", columns_json}};

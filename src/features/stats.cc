@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,8 +25,12 @@ using features_internal::kNotATarget;
 using features_internal::ParseNumber;
 
 bool IsMissing(absl::string_view field) {
-  const std::string f = absl::AsciiStrToLower(absl::StripAsciiWhitespace(field));
-  return f.empty() || f == "na" || f == "n/a" || f == "nan" || f == "?" || f == "null";
+  const absl::string_view f = absl::StripAsciiWhitespace(field);
+  if (f.empty()) return true;
+  for (absl::string_view m : {"na", "n/a", "nan", "?", "null"}) {
+    if (absl::EqualsIgnoreCase(f, m)) return true;
+  }
+  return false;
 }
 
 namespace {
@@ -121,10 +126,12 @@ absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
   // were (a reader that skips bad lines goes on from them).
   const size_t n = st.schema.columns.size();
   std::vector<std::optional<double>> values(n);  // numeric and bucketized, nullopt if missing
+  std::vector<absl::string_view> present(n);     // the field, empty if missing
   for (size_t i = 0; i < n; ++i) {
     const ColumnSpec& c = st.schema.columns[i];
     const absl::string_view f = absl::StripAsciiWhitespace(fields[st.layout.field[i]]);
     if (IsMissing(f)) continue;
+    present[i] = f;
     std::optional<double> v = ParseNumber(f);
     if (c.kind != ColumnSpec::Kind::kCategorical) {
       if (!v) return FieldError(where, c.name, f, "is not a finite number");
@@ -157,8 +164,8 @@ absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
   }
   for (size_t i = 0; i < n; ++i) {
     const ColumnSpec& c = st.schema.columns[i];
-    const absl::string_view f = absl::StripAsciiWhitespace(fields[st.layout.field[i]]);
-    if (IsMissing(f)) {
+    const absl::string_view f = present[i];
+    if (f.empty()) {
       ++st.missing[i];
     } else if (c.kind == ColumnSpec::Kind::kCategorical) {
       if (c.encoding == Encoding::kVocabulary) ++st.counts[i][f];
@@ -243,6 +250,7 @@ struct SchemaInferrer::State {
   };
   std::vector<Column> columns;
   int64_t rows = 0;
+  bool integer_codes = true;
 };
 
 SchemaInferrer::SchemaInferrer(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -251,7 +259,7 @@ SchemaInferrer& SchemaInferrer::operator=(SchemaInferrer&&) noexcept = default;
 SchemaInferrer::~SchemaInferrer() = default;
 
 absl::StatusOr<SchemaInferrer> SchemaInferrer::Create(const std::vector<std::string>& header,
-                                                      absl::string_view label) {
+                                                      absl::string_view label, bool integer_codes) {
   if (header.size() < 2) {
     return absl::InvalidArgumentError("a table needs a label column and at least one feature");
   }
@@ -272,6 +280,7 @@ absl::StatusOr<SchemaInferrer> SchemaInferrer::Create(const std::vector<std::str
   }
   auto st = std::make_unique<State>();
   st->header = header;
+  st->integer_codes = integer_codes;
   if (!label.empty()) {
     absl::StatusOr<int> f = features_internal::FieldIndex(header, std::string(label));
     if (!f.ok()) return f.status();
@@ -342,7 +351,7 @@ absl::StatusOr<InferredSchema> SchemaInferrer::Finish() const {
       } else {
         why = absl::StrCat("text values (", distinct, " distinct): categorical by vocabulary");
       }
-    } else if (c.integers && distinct >= 3 && distinct <= kMaxCodes) {
+    } else if (st.integer_codes && c.integers && distinct >= 3 && distinct <= kMaxCodes) {
       spec.kind = ColumnSpec::Kind::kCategorical;
       why = absl::StrCat("integers with ", distinct, " distinct values (at most ", kMaxCodes,
                          "): categorical codes by vocabulary");

@@ -25,6 +25,21 @@ struct Id {
   bool missing = false;
 };
 
+// The ids of a categorical or bucketized column: a vocabulary's values and "other" (id 0),
+// identity codes, hash buckets, or the buckets between boundaries.
+int64_t IdsOf(const ColumnSpec& c, const ColumnStats& s) {
+  if (c.kind == ColumnSpec::Kind::kBucketized) return static_cast<int64_t>(s.boundaries.size()) + 1;
+  switch (c.encoding) {
+    case Encoding::kVocabulary:
+      return static_cast<int64_t>(s.vocabulary.size()) + 1;
+    case Encoding::kHash:
+      return c.hash_buckets;
+    case Encoding::kIdentity:
+      return c.num_ids;
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Transform> Transform::Create(Schema schema, FeatureStats stats,
@@ -45,12 +60,24 @@ absl::StatusOr<Transform> Transform::Create(Schema schema, FeatureStats stats,
   t.field_of_column_ = layout->field;
   t.label_field_ = layout->label;
   t.width_ = layout->width;
-  for (const ColumnSpec& c : schema.columns) {
+  for (size_t i = 0; i < schema.columns.size(); ++i) {
+    const ColumnSpec& c = schema.columns[i];
+    int64_t width = 0;
     if (c.kind == ColumnSpec::Kind::kNumeric) {
       t.shape_.dense_features += c.missing_indicator ? 2 : 1;
-    } else {
+    } else if (!c.indicator) {
       ++t.shape_.categorical_fields;
+    } else {
+      // One input per id (IdsOf) and one for a missing value.
+      width = IdsOf(c, stats.columns[i]) + 1;
+      if (width > ColumnSpec::kMaxIndicatorWidth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "column \"", c.name, "\" has ", width - 1, " ids: more than an indicator's ",
+            ColumnSpec::kMaxIndicatorWidth - 1, " (an embedding reads it: --model wide_deep)"));
+      }
+      t.shape_.dense_features += static_cast<int>(width);
     }
+    t.indicator_width_.push_back(width);
   }
   for (const CrossSpec& x : schema.crosses) {
     std::vector<int> columns;
@@ -112,6 +139,12 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
     const ColumnStats& s = stats_.columns[i];
     const absl::string_view f = absl::StripAsciiWhitespace(fields[field_of_column_[i]]);
     const bool missing = IsMissing(f);
+    // A missing id or bucket takes the last input of an indicator's one-hot block.
+    auto one_hot = [&](const Id& id) {
+      const size_t at = dense.size();
+      dense.resize(at + static_cast<size_t>(indicator_width_[i]), 0.0f);
+      dense[at + (id.missing ? indicator_width_[i] - 1 : static_cast<int64_t>(id.id))] = 1.0f;
+    };
     if (c.kind == ColumnSpec::Kind::kCategorical) {
       if (missing) {
         ids[i].missing = true;
@@ -125,6 +158,7 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
         if (!id) return bad(c.name, f, features_internal::IdNotInRange(c));
         ids[i].id = *id;
       }
+      if (c.indicator) one_hot(ids[i]);
       continue;
     }
     std::optional<double> v;
@@ -138,6 +172,7 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
         ids[i].id =
             std::upper_bound(s.boundaries.begin(), s.boundaries.end(), *v) - s.boundaries.begin();
       }
+      if (c.indicator) one_hot(ids[i]);
       continue;
     }
     long double x = missing ? s.mean : features_internal::ScaledInput(c, *v);
@@ -170,7 +205,8 @@ absl::Status Transform::Append(const std::vector<absl::string_view>& fields,
     ++field;
   };
   for (size_t i = 0; i < schema_.columns.size(); ++i) {
-    if (schema_.columns[i].kind != ColumnSpec::Kind::kNumeric) key(ids[i].id, ids[i].missing);
+    const ColumnSpec& c = schema_.columns[i];
+    if (c.kind != ColumnSpec::Kind::kNumeric && !c.indicator) key(ids[i].id, ids[i].missing);
   }
   for (size_t x = 0; x < schema_.crosses.size(); ++x) {
     uint64_t h = 0;

@@ -1,0 +1,106 @@
+// A CSV table read through a schema: its header, a schema inferred from it, the statistics of
+// its training rows, and its rows as a model's inputs.
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "features/features.h"
+
+namespace pstrain {
+namespace {
+
+// `options` past the header: record 0 is never a row.
+TextOptions RowsOf(TextOptions options) {
+  options.first_record = std::max<int64_t>(options.first_record, 1);
+  return options;
+}
+
+std::string Where(const std::string& path, int64_t line) { return absl::StrCat(path, ":", line); }
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, char delimiter) {
+  std::optional<std::vector<std::string>> header;
+  TextOptions first;
+  first.end_record = 1;
+  absl::StatusOr<int64_t> read = ForEachCsvRecord(
+      path, delimiter, first, [&](const std::vector<absl::string_view>& fields, int64_t, int64_t) {
+        header.emplace(fields.begin(), fields.end());
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read.status();
+  if (!header.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": empty file (a CSV file with a header naming its columns)"));
+  }
+  return *std::move(header);
+}
+
+absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
+                                              absl::string_view label, TextOptions options,
+                                              bool integer_codes) {
+  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  if (!header.ok()) return header.status();
+  absl::StatusOr<SchemaInferrer> inferrer = SchemaInferrer::Create(*header, label, integer_codes);
+  if (!inferrer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", inferrer.status().message()));
+  }
+  absl::StatusOr<int64_t> read =
+      ForEachCsvRecord(path, delimiter, RowsOf(options),
+                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
+                         return inferrer->Add(fields, Where(path, line));
+                       });
+  if (!read.ok()) return read.status();
+  absl::StatusOr<InferredSchema> got = inferrer->Finish();
+  if (!got.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
+  return got;
+}
+
+absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
+                                             char delimiter, TextOptions options) {
+  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  if (!header.ok()) return header.status();
+  absl::StatusOr<StatsBuilder> stats = StatsBuilder::Create(schema, *header);
+  if (!stats.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", stats.status().message()));
+  }
+  absl::StatusOr<int64_t> read =
+      ForEachCsvRecord(path, delimiter, RowsOf(options),
+                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
+                         return stats->Add(fields, Where(path, line));
+                       });
+  if (!read.ok()) return read.status();
+  absl::StatusOr<FeatureStats> got = stats->Finish();
+  if (!got.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
+  return got;
+}
+
+absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
+                                       char delimiter) {
+  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  if (!header.ok()) return header.status();
+  absl::StatusOr<Transform> t = Transform::Create(std::move(schema), std::move(stats), *header);
+  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
+  return t;
+}
+
+absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
+                                        char delimiter, const TextOptions& options) {
+  Examples out;
+  out.dense_dim = transform.shape().dense_features;
+  absl::StatusOr<int64_t> skipped = ForEachCsvRecord(
+      path, delimiter, RowsOf(options),
+      [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
+        absl::Status s = transform.Append(fields, Where(path, line), &out);
+        if (s.ok()) out.records.push_back(record);
+        return s;
+      });
+  if (!skipped.ok()) return skipped.status();
+  out.bad_lines_skipped = *skipped;
+  return out;
+}
+
+}  // namespace pstrain
