@@ -60,7 +60,7 @@ void Supervisor::Reap() {
 
 bool Supervisor::Ended(const Child& c) { return c.exited && (!c.command || kill(-c.pid, 0) != 0); }
 
-void Supervisor::StopAll(absl::Duration grace) {
+void Supervisor::StopAll(absl::Duration grace, bool commands_only) {
   Disable();
   auto wait_all = [this](absl::Duration d, bool leaders_only) {
     const absl::Time end = absl::Now() + d;
@@ -73,18 +73,19 @@ void Supervisor::StopAll(absl::Duration grace) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  auto signal_all = [this](int sig) {
+  auto signal_all = [this](int sig, bool tasks_only) {
     for (Child& c : children_) {
-      if (Ended(c)) continue;
+      if (Ended(c) || (tasks_only && c.command)) continue;
       kill(-c.pid, sig);
       c.stopped = c.stopped || !c.exited;
     }
   };
+  if (commands_only) signal_all(SIGTERM, true);
   wait_all(grace, true);
   if (wait_all(absl::ZeroDuration(), false)) return;
-  signal_all(SIGTERM);
+  signal_all(SIGTERM, false);
   if (wait_all(absl::Seconds(2), false)) return;
-  signal_all(SIGKILL);
+  signal_all(SIGKILL, false);
   wait_all(absl::Seconds(5), false);
 }
 

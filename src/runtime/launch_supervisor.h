@@ -71,8 +71,9 @@ class Supervisor {
   static bool Ended(const Child& c);
   // Waits up to `grace` for the children to exit by themselves, then sends SIGTERM, then SIGKILL
   // to the process group of each that has not ended. What a command left running when it exited
-  // gets no grace.
-  void StopAll(absl::Duration grace);
+  // gets no grace. With `commands_only`, pstrain's own tasks get no grace either (a chief that
+  // failed never tells them to end): only the user's commands may end by themselves.
+  void StopAll(absl::Duration grace, bool commands_only = false);
 
   // What becomes of task `i`, which died while the job runs.
   enum class Verdict {

@@ -213,7 +213,7 @@ class Cluster {
         // its log too, for the error the script printed.
         output_.EndProgress();
         if (!WIFEXITED(chief.status)) LaunchError(Describe(chief));
-        sup_.StopAll(absl::Seconds(5));
+        sup_.StopAll(absl::Seconds(5), /*commands_only=*/true);
         for (size_t i : sup_.exit_order()) {
           const Child& c = sup_.children()[i];
           if (c.command && Failed(c) && !c.stopped) Report(c, "");
