@@ -18,6 +18,30 @@ TextOptions RowsOf(TextOptions options) {
 
 std::string Where(const std::string& path, int64_t line) { return absl::StrCat(path, ":", line); }
 
+// Builds what `create` makes of the header (a SchemaInferrer or a StatsBuilder) from the rows
+// of records [1, options.end_record) of `path`, and returns its Finish(); errors name the file.
+template <typename Create>
+auto OnePass(const std::string& path, char delimiter, const TextOptions& options,
+             const Create& create) -> decltype(create({})->Finish()) {
+  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  if (!header.ok()) return header.status();
+  auto builder = create(*header);
+  if (!builder.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", builder.status().message()));
+  }
+  absl::StatusOr<int64_t> read =
+      ForEachCsvRecord(path, delimiter, RowsOf(options),
+                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
+                         return builder->Add(fields, Where(path, line));
+                       });
+  if (!read.ok()) return read.status();
+  auto got = builder->Finish();
+  if (!got.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
+  }
+  return got;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, char delimiter) {
@@ -40,42 +64,16 @@ absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, 
 absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
                                               absl::string_view label, TextOptions options,
                                               bool integer_codes) {
-  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
-  if (!header.ok()) return header.status();
-  absl::StatusOr<SchemaInferrer> inferrer = SchemaInferrer::Create(*header, label, integer_codes);
-  if (!inferrer.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", inferrer.status().message()));
-  }
-  absl::StatusOr<int64_t> read =
-      ForEachCsvRecord(path, delimiter, RowsOf(options),
-                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
-                         return inferrer->Add(fields, Where(path, line));
-                       });
-  if (!read.ok()) return read.status();
-  absl::StatusOr<InferredSchema> got = inferrer->Finish();
-  if (!got.ok())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
-  return got;
+  return OnePass(path, delimiter, options, [&](const std::vector<std::string>& header) {
+    return SchemaInferrer::Create(header, label, integer_codes);
+  });
 }
 
 absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
                                              char delimiter, TextOptions options) {
-  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
-  if (!header.ok()) return header.status();
-  absl::StatusOr<StatsBuilder> stats = StatsBuilder::Create(schema, *header);
-  if (!stats.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", stats.status().message()));
-  }
-  absl::StatusOr<int64_t> read =
-      ForEachCsvRecord(path, delimiter, RowsOf(options),
-                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
-                         return stats->Add(fields, Where(path, line));
-                       });
-  if (!read.ok()) return read.status();
-  absl::StatusOr<FeatureStats> got = stats->Finish();
-  if (!got.ok())
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
-  return got;
+  return OnePass(path, delimiter, options, [&](const std::vector<std::string>& header) {
+    return StatsBuilder::Create(schema, header);
+  });
 }
 
 absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
