@@ -159,6 +159,13 @@ absl::Status JobConfig::ValidateData() const {
   }
   if (!(holdout > 0 && holdout < 1))
     return InvalidArgument("--holdout ", holdout, " must be in (0, 1)");
+  if (!schema.empty()) {
+    for (const std::string* d : {&data, &test_data}) {
+      if (!d->empty() && DataSpec::Parse(*d)->format != DataSpec::Format::kCsv) {
+        return InvalidArgument("--schema reads CSV files with a header (csv:PATH), not ", *d);
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

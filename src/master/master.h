@@ -14,6 +14,9 @@
 
 namespace pstrain {
 
+// JobConfig::schema of a schema inferred from the data.
+inline constexpr char kInferredSchema[] = "auto";
+
 // What to train and how. Defaults are the demo job's.
 struct JobConfig {
   // A built-in model (model/model.h: mlp, linear, wide_deep) trained by the workers on `data`,
@@ -25,6 +28,9 @@ struct JobConfig {
   // text file's records (an idx directory has its own t10k split).
   std::string data = "data/mnist";
   std::string test_data;
+  // A CSV table's feature columns (docs/features.md): a schema file (JSON), or kInferredSchema
+  // to infer one from the training records; empty: every column a number, the label first.
+  std::string schema;
   double holdout = 0.1;
   bool skip_bad_lines = false;  // a malformed data line is skipped and counted, not an error
   std::vector<int> hidden = {256, 128};  // mlp, and the deep part of wide_deep

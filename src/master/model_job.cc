@@ -32,6 +32,27 @@ absl::StatusOr<int> ClassesOf(const Examples& e, const std::string& what) {
   return classes;
 }
 
+// What the built-in models cannot do with a schema's inputs: regression (no model has a
+// regression head yet), a linear (binary) model over more than two classes, an MLP over
+// crossed columns (it reads dense inputs only; its other columns go in one-hot).
+absl::Status CheckModelFitsSchema(const ModelConfig& mc) {
+  if (mc.num_classes == 0) {
+    return InvalidArgument("--schema: a regression task; the built-in models classify (model ",
+                           mc.kind, ")");
+  }
+  if (mc.kind == "linear" && mc.num_classes != 2) {
+    return InvalidArgument("model linear is a binary classifier; the label has ", mc.num_classes,
+                           " classes (--model mlp classifies any number)");
+  }
+  if (mc.kind == "mlp" && mc.categorical_fields > 0) {
+    return InvalidArgument(
+        "model mlp reads dense inputs (categorical and bucketized columns "
+        "one-hot); the schema has ",
+        mc.categorical_fields, " crossed columns (--model wide_deep or linear reads them)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps) {
@@ -57,11 +78,13 @@ TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps)
   return def;
 }
 
-ModelJob::ModelJob(const JobConfig& config, int num_ps, Dataset data, Examples test,
+ModelJob::ModelJob(const JobConfig& config, int num_ps, Dataset data, TabularData tabular,
                    ModelConfig model_config, std::unique_ptr<Model> model)
     : config_(config),
       data_(std::move(data)),
-      test_(std::move(test)),
+      test_(std::move(tabular.test)),
+      schema_json_(std::move(tabular.schema_json)),
+      stats_json_(std::move(tabular.stats_json)),
       model_config_(std::move(model_config)),
       model_(std::move(model)),
       num_ps_(num_ps) {}
@@ -76,21 +99,33 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
   options.holdout = config.holdout;
   absl::StatusOr<Dataset> data = Dataset::Open(train, options);
   if (!data.ok()) return data.status();
-  absl::StatusOr<Examples> test = data->ReadTest();
-  if (!test.ok()) return test.status();
-  if (test->size() == 0) {
-    return InvalidArgument(config.test_data.empty() ? config.data : config.test_data,
-                           ": no held-out example could be read");
-  }
-
   ModelConfig mc;
   mc.kind = config.model;
-  mc.dense_features = data->shape().dense_features;
-  mc.categorical_fields = data->shape().categorical_fields;
-  mc.num_classes = data->shape().num_classes;
   mc.hidden = config.hidden;
   mc.embedding_dim = config.embedding_dim;
   mc.shared_embedding = config.shared_embedding;
+  TabularData tabular;
+  if (!config.schema.empty()) {
+    absl::StatusOr<TabularData> t = PrepareTabular(config, *data);
+    if (!t.ok()) return t.status();
+    tabular = *std::move(t);
+    mc.dense_features = tabular.shape.dense_features;
+    mc.categorical_fields = tabular.shape.categorical_fields;
+    mc.num_classes = tabular.shape.num_classes;
+    if (absl::Status s = CheckModelFitsSchema(mc); !s.ok()) return s;
+  } else {
+    absl::StatusOr<Examples> test = data->ReadTest();
+    if (!test.ok()) return test.status();
+    tabular.test = *std::move(test);
+    mc.dense_features = data->shape().dense_features;
+    mc.categorical_fields = data->shape().categorical_fields;
+    mc.num_classes = data->shape().num_classes;
+  }
+  const Examples& test = tabular.test;
+  if (test.size() == 0) {
+    return InvalidArgument(config.test_data.empty() ? config.data : config.test_data,
+                           ": no held-out example could be read");
+  }
   if (mc.num_classes == 0) {
     // A text file does not say how many classes it has: its labels do. Whether the model
     // classifies is asked of it built for two (a classifier refuses to be built for none).
@@ -102,7 +137,7 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
       if (!all.ok()) return all.status();
       absl::StatusOr<int> train_classes = ClassesOf(*all, config.data);
       if (!train_classes.ok()) return train_classes.status();
-      absl::StatusOr<int> test_classes = ClassesOf(*test, "the held-out examples");
+      absl::StatusOr<int> test_classes = ClassesOf(test, "the held-out examples");
       if (!test_classes.ok()) return test_classes.status();
       mc.num_classes = std::max({2, *train_classes, *test_classes});
     }
@@ -110,9 +145,9 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(mc);
   if (!model.ok()) return InvalidArgument("--data ", config.data, ": ", model.status().message());
   spdlog::info("model {} on {}: {} training records, {} held-out examples", mc.kind,
-               data->spec().ToString(), data->train_records(), test->size());
+               data->spec().ToString(), data->train_records(), test.size());
   return std::unique_ptr<ModelJob>(
-      new ModelJob(config, num_ps, *std::move(data), *std::move(test), mc, *std::move(model)));
+      new ModelJob(config, num_ps, *std::move(data), std::move(tabular), mc, *std::move(model)));
 }
 
 absl::Status ModelJob::CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,
@@ -142,6 +177,8 @@ void ModelJob::FillSpec(TrainingSpec* spec) const {
   spec->set_data(data_.spec().ToString());
   spec->set_train_records(data_.train_records());
   spec->set_skip_bad_lines(config_.skip_bad_lines);
+  spec->set_schema(schema_json_);
+  spec->set_feature_stats(stats_json_);
   ModelSpec* m = spec->mutable_model();
   m->set_kind(model_config_.kind);
   m->set_dense_features(model_config_.dense_features);

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/data.h"
+#include "features/features.h"
 #include "master/master.h"
 #include "master/tables.h"
 #include "master/variables.h"
@@ -24,6 +25,17 @@ namespace pstrain {
 // the flags' optimizer, admission and eviction, and the whole-table caps divided over the tasks
 // (rounded up, so a cap stays a cap).
 TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps);
+
+// A CSV table read through a schema (JobConfig::schema): the schema and the statistics of the
+// training records as every worker's spec carries them (JSON, docs/features.md), the shape of
+// the model's inputs, and the held-out examples through them. Errors name the file, line and
+// column.
+struct TabularData {
+  std::string schema_json, stats_json;
+  FeatureShape shape;
+  Examples test;
+};
+absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data);
 
 // Not thread-safe: the chief's job thread uses it.
 class ModelJob {
@@ -54,12 +66,13 @@ class ModelJob {
   int64_t test_bad_lines_skipped() const { return test_.bad_lines_skipped; }
 
  private:
-  ModelJob(const JobConfig& config, int num_ps, Dataset data, Examples test,
+  ModelJob(const JobConfig& config, int num_ps, Dataset data, TabularData tabular,
            ModelConfig model_config, std::unique_ptr<Model> model);
 
   const JobConfig config_;
   const Dataset data_;
   const Examples test_;
+  const std::string schema_json_, stats_json_;  // with a schema
   const ModelConfig model_config_;
   const std::unique_ptr<Model> model_;
   const int num_ps_;

@@ -50,6 +50,7 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--data", "--model", kBuiltIn},
       {"--test_data", "--model", kBuiltIn},
       {"--holdout", "--model", kBuiltIn},
+      {"--schema", "--model", kBuiltIn},
       {"--bad_lines", "--model", kBuiltIn},
       {"--push_dtype", "--model", kBuiltIn},
       {"--overlap_pull", "--model", kBuiltIn},
@@ -123,6 +124,10 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--test_data", c.test_data,
                   "held-out data FORMAT:PATH (default: the last --holdout of --data; idx: its "
                   "t10k split)");
+  app->add_option("--schema", c.schema,
+                  "feature columns of a CSV file with a header: a schema file (JSON, "
+                  "docs/features.md; pstrain infer-schema writes one), or auto to infer one from "
+                  "the training records");
   app->add_option("--holdout", c.holdout, "fraction of a text file's records held out")
       ->capture_default_str();
   app->add_option("--bad_lines", bad_lines_,

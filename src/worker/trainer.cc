@@ -11,6 +11,7 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "data/data.h"
+#include "features/features.h"
 #include "worker/stepper.h"
 #include "worker/task_loop.h"
 
@@ -122,9 +123,23 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   absl::StatusOr<DataSpec> data = DataSpec::Parse(spec.data());
   if (!data.ok()) return data.status();
   const auto [begin, end] = ShardRange(spec);
-  return ReadTrainingRecords(
-      *data, begin, end,
-      spec.skip_bad_lines() ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop);
+  const TextOptions::BadLines bad_lines =
+      spec.skip_bad_lines() ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
+  if (spec.schema().empty()) return ReadTrainingRecords(*data, begin, end, bad_lines);
+  // A CSV table through the chief's schema and statistics (features/features.h).
+  absl::StatusOr<Schema> schema = Schema::FromJson(spec.schema(), "the job's schema");
+  if (!schema.ok()) return schema.status();
+  absl::StatusOr<FeatureStats> stats =
+      FeatureStats::FromJson(spec.feature_stats(), "the job's feature statistics");
+  if (!stats.ok()) return stats.status();
+  absl::StatusOr<Transform> transform =
+      CsvTransform(*std::move(schema), *std::move(stats), data->path, ',');
+  if (!transform.ok()) return transform.status();
+  TextOptions range;
+  range.first_record = begin;
+  range.end_record = end;
+  range.bad_lines = bad_lines;
+  return ReadCsvThrough(*transform, data->path, ',', range);
 }
 
 absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {

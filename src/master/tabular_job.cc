@@ -1,0 +1,84 @@
+// The chief's part of a job on a CSV table read through a schema (--schema, docs/features.md):
+// the schema (a file, or inferred from the training records), the statistics of the training
+// records, and the held-out examples through them.
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "master/model_job.h"
+#include "spdlog/spdlog.h"
+
+namespace pstrain {
+namespace {
+
+// CSV tables with a schema are comma-separated.
+constexpr char kDelimiter = ',';
+
+absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument("--schema ", path, ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return InvalidArgument("--schema ", path, ": cannot read");
+  return text.str();
+}
+
+absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
+                                const TextOptions& training) {
+  if (config.schema != kInferredSchema) {
+    absl::StatusOr<std::string> text = ReadSchemaFile(config.schema);
+    if (!text.ok()) return text.status();
+    return Schema::FromJson(*text, absl::StrCat("--schema ", config.schema));
+  }
+  // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
+  absl::StatusOr<InferredSchema> inferred =
+      InferCsvSchema(data.spec().path, kDelimiter, "", training, config.model != "mlp");
+  if (!inferred.ok()) return inferred.status();
+  for (const std::string& why : inferred->reasons) spdlog::info("schema: {}", why);
+  return inferred->schema;
+}
+
+}  // namespace
+
+absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data) {
+  if (data.spec().format != DataSpec::Format::kCsv ||
+      data.test_spec().format != DataSpec::Format::kCsv) {
+    return InvalidArgument("--schema reads CSV files with a header (csv:PATH); --data is ",
+                           data.spec().ToString());
+  }
+  TextOptions training;
+  training.bad_lines =
+      config.skip_bad_lines ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
+  training.end_record = data.train_records();
+  absl::StatusOr<Schema> schema = SchemaOf(config, data, training);
+  if (!schema.ok()) return schema.status();
+  if (config.model == "mlp") {
+    // An MLP reads dense inputs: its categorical and bucketized columns go in one-hot, as
+    // TensorFlow's DNNClassifier reads them through indicator columns.
+    for (ColumnSpec& c : schema->columns) c.indicator = c.kind != ColumnSpec::Kind::kNumeric;
+  }
+  absl::StatusOr<FeatureStats> stats =
+      ComputeCsvStats(*schema, data.spec().path, kDelimiter, training);
+  if (!stats.ok()) return stats.status();
+  TabularData t;
+  t.schema_json = schema->ToJson();
+  t.stats_json = stats->ToJson();
+  absl::StatusOr<Transform> transform =
+      CsvTransform(*schema, *stats, data.test_spec().path, kDelimiter);
+  if (!transform.ok()) return transform.status();
+  t.shape = transform->shape();
+  TextOptions held_out = training;
+  held_out.first_record = data.test_begin();
+  held_out.end_record = data.test_end();
+  absl::StatusOr<Examples> test =
+      ReadCsvThrough(*transform, data.test_spec().path, kDelimiter, held_out);
+  if (!test.ok()) return test.status();
+  t.test = *std::move(test);
+  spdlog::info("schema: {} dense inputs, {} categorical fields, {} classes over {} rows",
+               t.shape.dense_features, t.shape.categorical_fields, t.shape.num_classes,
+               stats->rows);
+  return t;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,242 @@
+"""Built-in models on CSV tables through feature columns (`pstrain launch --schema auto|FILE`):
+real public data bundled with scikit-learn (Debian's python3-sklearn), with string labels, and a
+table with string categorical columns, each compared with scikit-learn on the same split; and
+the bad inputs a schema meets, each refused naming the file, the line or the column.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from pstrain_pytest_cluster import BINARY  # noqa: E402
+
+sklearn = pytest.importorskip("sklearn")  # a test package of scripts/setup.sh
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.metrics import accuracy_score, roc_auc_score  # noqa: E402
+from sklearn.model_selection import StratifiedKFold  # noqa: E402
+from sklearn.neural_network import MLPClassifier  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
+
+
+def write_csv(path, header, rows):
+    with open(path, "w") as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join(str(v) for v in r) + "\n")
+
+
+def folds_to_csv(tmp_path, X, names, header, folds=5):
+    """Stratified folds of (X, names), each written as train.csv and test.csv with the label (a
+    name) first: yields (Xtrain, Xtest, ytrain, ytest) once the files are written. Test sets of
+    a few dozen rows move by whole rows between runs, so models are compared on every row."""
+    y = np.array(names)
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=7).split(X, y):
+        for name, rows in (("train", train), ("test", test)):
+            write_csv(tmp_path / ("%s.csv" % name), header,
+                      [[y[r]] + ["%.17g" % v for v in X[r]] for r in rows])
+        yield X[train], X[test], y[train], y[test]
+
+
+def launch(tmp_path, *flags):
+    assert BINARY and os.access(BINARY, os.X_OK), "PSTRAIN_BINARY=%r is not built" % BINARY
+    argv = [BINARY, "launch", "--ps", "1", "--workers", "2", "--log_dir", str(tmp_path / "logs"),
+            "--data", "csv:%s" % (tmp_path / "train.csv"),
+            "--test_data", "csv:%s" % (tmp_path / "test.csv")] + list(flags)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def result(r):
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_linear_model_on_columns_of_any_scale_matches_logistic_regression(tmp_path):
+    """30 numeric columns whose scales run from 0.05 to 2500 (Wisconsin breast cancer), string
+    labels: standardized by the inferred schema, the linear model's AUC over 5 folds is within
+    0.01 of scikit-learn's LogisticRegression's and its log loss below the base rate's."""
+    data = load_breast_cancer()
+    names = [data.target_names[t] for t in data.target]
+    header = ["diagnosis"] + [n.replace(" ", "_") for n in data.feature_names]
+    got, reference = [], []
+    for Xtr, Xte, ytr, yte in folds_to_csv(tmp_path, data.data, names, header):
+        scaler = StandardScaler().fit(Xtr)
+        lr = LogisticRegression(max_iter=1000).fit(scaler.transform(Xtr), ytr)
+        # pstrain's class 1 is the second class in byte order: "malignant".
+        scores = lr.predict_proba(scaler.transform(Xte))[:, list(lr.classes_).index("malignant")]
+        reference.append(roc_auc_score(yte == "malignant", scores))
+        r = result(launch(tmp_path, "--model", "linear", "--schema", "auto", "--epochs", "30",
+                          "--batch", "16", "--optimizer", "adam", "--lr", "0.01"))
+        assert r["test_examples"] == len(yte), r
+        p = np.mean(ytr == "malignant")
+        base = -np.mean(np.where(yte == "malignant", np.log(p), np.log(1 - p)))
+        assert r["log_loss"] < base, (r, base)
+        got.append(r["auc"])
+    assert np.mean(got) >= np.mean(reference) - 0.01, (got, reference)
+
+
+def mlp_against_scikit_learn(tmp_path, X, labels, header, folds):
+    """The MLP's accuracy with an inferred schema and scikit-learn's MLPClassifier's on
+    standardized columns, each over the same folds: (pstrain's, scikit-learn's) per fold."""
+    got, reference = [], []
+    for Xtr, Xte, ytr, yte in folds_to_csv(tmp_path, X, labels, header, folds):
+        scaler = StandardScaler().fit(Xtr)
+        mlp = MLPClassifier(hidden_layer_sizes=(64,), max_iter=2000, random_state=1)
+        reference.append(accuracy_score(yte, mlp.fit(scaler.transform(Xtr), ytr).predict(
+            scaler.transform(Xte))))
+        r = result(launch(tmp_path, "--model", "mlp", "--schema", "auto", "--hidden", "64",
+                          "--epochs", "40", "--batch", "16", "--optimizer", "adam", "--lr",
+                          "0.003"))
+        assert r["test_examples"] == len(yte), r
+        got.append(r["test_accuracy"])
+    return got, reference
+
+
+def test_an_mlp_on_three_named_classes_matches_scikit_learn(tmp_path):
+    """Wine: 13 numeric columns, three classes named by strings; the MLP's accuracy over 5 folds
+    is within 0.01 of scikit-learn's MLPClassifier on standardized columns, or better."""
+    data = load_wine()
+    names = ["cultivar_%s" % data.target_names[t] for t in data.target]
+    got, reference = mlp_against_scikit_learn(
+        tmp_path, data.data, names, ["cultivar"] + list(data.feature_names), 5)
+    assert np.mean(got) >= np.mean(reference) - 0.01, (got, reference)
+
+
+def test_an_mlp_on_integer_pixels_and_ten_classes_matches_scikit_learn(tmp_path):
+    """Digits: 64 integer columns (0..16) and labels 0..9. Inferred for the MLP, the integers
+    stay numbers (standardized); its accuracy over 3 folds is within 0.01 of scikit-learn's
+    MLPClassifier, or better."""
+    data = load_digits()
+    got, reference = mlp_against_scikit_learn(
+        tmp_path, data.data, list(data.target), ["digit"] + ["pixel%d" % i for i in range(64)], 3)
+    assert np.mean(got) >= np.mean(reference) - 0.01, (got, reference)
+
+
+def shoppers(rows, seed):
+    """A table of string categorical columns and numbers whose label follows a known logistic
+    model of them: (label, city, device, visits, spend)."""
+    rng = np.random.default_rng(seed)
+    cities = ["city_%02d" % i for i in range(12)]
+    devices = ["phone", "tablet", "desktop"]
+    city_w = rng.normal(0, 1.2, len(cities))
+    device_w = np.array([-0.8, 0.1, 0.9])
+    out = []
+    for _ in range(rows):
+        c, d = rng.integers(len(cities)), rng.integers(len(devices))
+        visits = rng.poisson(4)
+        spend = rng.lognormal(3, 1)
+        z = city_w[c] + device_w[d] + 0.3 * (visits - 4) + 0.4 * (np.log(spend) - 3) - 0.2
+        label = "yes" if rng.random() < 1 / (1 + np.exp(-z)) else "no"
+        out.append((label, cities[c], devices[d], int(visits), "%.2f" % spend))
+    return out
+
+
+def test_string_categorical_columns_train_with_an_inferred_and_a_written_schema(tmp_path):
+    """Cities and devices as strings: the linear model and wide_deep train on them with the
+    inferred schema and with a hand-written one (the spend's log, a device hashed), within 0.01
+    AUC of a logistic regression on their one-hot codes and the standardized numbers; the MLP,
+    which reads them one-hot, within 0.01 of its accuracy."""
+    header = ["bought", "city", "device", "visits", "spend"]
+    train, test = shoppers(8000, 1), shoppers(4000, 2)
+    write_csv(tmp_path / "train.csv", header, train)
+    write_csv(tmp_path / "test.csv", header, test)
+
+    # The textbook reference: the categories one-hot, the numbers standardized as they are.
+    def features(rows):
+        return [[r[1], r[2]] for r in rows], np.array([[r[3], float(r[4])] for r in rows])
+    (ctr, ntr), (cte, nte) = features(train), features(test)
+    onehot, scaler = OneHotEncoder(handle_unknown="ignore").fit(ctr), StandardScaler().fit(ntr)
+    Xtr = np.hstack([onehot.transform(ctr).toarray(), scaler.transform(ntr)])
+    Xte = np.hstack([onehot.transform(cte).toarray(), scaler.transform(nte)])
+    ytr, yte = np.array([r[0] == "yes" for r in train]), np.array([r[0] == "yes" for r in test])
+    lr = LogisticRegression(max_iter=1000).fit(Xtr, ytr)
+    reference = roc_auc_score(yte, lr.predict_proba(Xte)[:, 1])
+    reference_accuracy = accuracy_score(yte, lr.predict(Xte))
+    written = tmp_path / "schema.json"
+    written.write_text(json.dumps({
+        "label": "bought", "task": "classification",
+        "columns": [{"name": "city", "type": "categorical", "encoding": "vocabulary"},
+                    {"name": "device", "type": "categorical", "encoding": "hash",
+                     "hash_buckets": 64},
+                    {"name": "visits", "type": "numeric", "normalizer": "standardize"},
+                    {"name": "spend", "type": "numeric", "normalizer": "log1p"}]}))
+    common = ["--epochs", "8", "--batch", "32", "--optimizer", "adam"]
+    for model, schema in (("linear", "auto"), ("linear", str(written)), ("wide_deep", "auto"),
+                          ("mlp", "auto"), ("mlp", str(written))):
+        extra = {"linear": ["--lr", "0.01"],
+                 "wide_deep": ["--lr", "0.01", "--hidden", "16", "--embedding_dim", "4"],
+                 "mlp": ["--lr", "0.003", "--hidden", "16"]}[model]  # mlp: categories one-hot
+        got = result(launch(tmp_path, "--model", model, "--schema", schema, *(common + extra)))
+        assert got["test_examples"] == len(test), got
+        if model == "mlp":  # a classifier of any number of classes: its accuracy
+            assert got["test_accuracy"] >= reference_accuracy - 0.01, (schema, got)
+        else:
+            assert got["auc"] >= reference - 0.01, (model, schema, got, reference)
+
+
+def refused(r, *parts):
+    assert r.returncode != 0, r.stdout
+    for p in parts:
+        assert p in r.stderr, (p, r.stderr[-3000:])
+
+
+def test_every_bad_input_of_a_schema_is_refused_naming_what_is_wrong(tmp_path):
+    header = ["bought", "city", "device", "visits", "spend"]
+    rows = shoppers(200, 3)
+    write_csv(tmp_path / "train.csv", header, rows)
+    write_csv(tmp_path / "test.csv", header, rows[:50])
+    schema = tmp_path / "schema.json"
+
+    # A schema naming a column the data lacks.
+    schema.write_text(json.dumps({"label": "bought", "columns": [
+        {"name": "country", "type": "categorical"}]}))
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(schema)), "country",
+            str(tmp_path / "train.csv"))
+    # A schema file that is not there, or not a schema.
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(tmp_path / "none.json")),
+            "--schema %s: cannot open" % (tmp_path / "none.json"))
+    schema.write_text('{"label": "bought", "colums": []}')
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(schema)), "colums")
+    # A test file with a class the training rows never had, at its line and column.
+    write_csv(tmp_path / "test.csv", header, rows[:5] + [("maybe",) + rows[5][1:]] + rows[6:20])
+    refused(launch(tmp_path, "--model", "linear", "--schema", "auto"),
+            "%s:7" % (tmp_path / "test.csv"), "bought", "maybe", "never had")
+    # A value that is not a number in a numeric column of the training file.
+    bad = rows[:30] + [rows[30][:3] + ("many",) + rows[30][4:]] + rows[31:]
+    write_csv(tmp_path / "train.csv", header, bad)
+    write_csv(tmp_path / "test.csv", header, rows[:50])
+    schema.write_text(json.dumps({"label": "bought", "columns": [
+        {"name": "visits", "type": "numeric"}, {"name": "city", "type": "categorical"}]}))
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(schema)),
+            "%s:32" % (tmp_path / "train.csv"), "visits", "many", "not a finite number")
+    # ... skipped and counted under --bad_lines skip.
+    got = result(launch(tmp_path, "--model", "linear", "--schema", str(schema), "--bad_lines",
+                        "skip"))
+    assert got["test_examples"] == 50, got
+    # Models the table does not fit, and data that is not CSV.
+    write_csv(tmp_path / "train.csv", header, rows)
+    crossed = json.loads(schema.read_text())
+    crossed["columns"].append({"name": "device", "type": "categorical"})
+    crossed["crosses"] = [{"columns": ["city", "device"], "hash_buckets": 50}]
+    schema.write_text(json.dumps(crossed))
+    refused(launch(tmp_path, "--model", "mlp", "--schema", str(schema)),
+            "model mlp reads dense inputs", "1 crossed columns")
+    # A column of too many ids to go one-hot into an MLP.
+    schema.write_text(json.dumps({"label": "bought", "columns": [
+        {"name": "city", "type": "categorical", "encoding": "hash", "hash_buckets": 100000}]}))
+    refused(launch(tmp_path, "--model", "mlp", "--schema", str(schema)),
+            "column \"city\" has 100000 ids: more than an indicator's 4095")
+    write_csv(tmp_path / "train.csv", ["y", "x"], [(i % 3, i * 0.5) for i in range(100)])
+    write_csv(tmp_path / "test.csv", ["y", "x"], [(i % 3, i * 0.5) for i in range(30)])
+    refused(launch(tmp_path, "--model", "linear", "--schema", "auto"),
+            "model linear is a binary classifier; the label has 3 classes")
+    r = subprocess.run([BINARY, "launch", "--ps", "1", "--workers", "1", "--data",
+                        "libsvm:%s" % (tmp_path / "train.csv"), "--schema", "auto"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    refused(r, "--schema reads CSV files with a header")
