@@ -276,6 +276,66 @@ TEST(MetricsTest, AucAndLogLossHandComputed) {
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kClassification, {1, 2, 3}, {1, 0, 3}).accuracy, 2.0 / 3);
 }
 
+// A regression learns the label standardized by the config's mean and deviation and predicts in
+// the label's units: loss = mean (out - (y - mean) / sd)^2, prediction = mean + sd * out.
+TEST(LinearModelTest, RegressionHandComputedStep) {
+  ModelConfig c;
+  c.kind = "linear";
+  c.dense_features = 1;
+  c.regression = true;
+  c.label_mean = 10;
+  c.label_stddev = 4;
+  std::unique_ptr<Model> m = *Model::Create(c);
+  EXPECT_EQ(m->task(), ModelTask::kRegression);
+  Examples b;
+  b.dense_dim = 1;
+  b.dense = {2.0f, -1.0f};
+  b.sparse_offsets = {0, 0, 0};
+  b.labels = {14, 4};  // standardized: 1, -1.5
+  m->TouchedKeys(b);
+  const float kernel = 0.5f, bias = 0.25f;  // outputs 1.25, -0.25
+  ModelInputs in{{&kernel, &bias}, {nullptr}};
+  ModelGrads g;
+  const float loss = m->ForwardBackward(in, b, &g);
+  // errors 0.25 and 1.25: loss (0.0625 + 1.5625) / 2, d/dout = error (2 / n = 1)
+  EXPECT_NEAR(loss, 0.8125, 1e-6);
+  EXPECT_NEAR(g.params[0].values[0], 0.25 * 2 + 1.25 * -1, 1e-6);
+  EXPECT_NEAR(g.params[1].values[0], 0.25 + 1.25, 1e-6);
+  std::vector<float> pred;
+  m->Predict(in, b, &pred);
+  EXPECT_THAT(pred, ElementsAre(15.0f, 9.0f));
+  Metrics metrics = Evaluate(m->task(), pred, b.labels);
+  EXPECT_NEAR(metrics.rmse, std::sqrt((1.0 + 25.0) / 2), 1e-6);
+  EXPECT_NEAR(metrics.mae, 3.0, 1e-6);
+  EXPECT_EQ(metrics.auc, 0);
+}
+
+TEST(ModelRegressionTest, GradientsOfEveryKindMatchFiniteDifferences) {
+  for (const char* kind : {"linear", "mlp", "wide_deep"}) {
+    SCOPED_TRACE(kind);
+    ModelConfig c;
+    c.kind = kind;
+    c.dense_features = 3;
+    c.categorical_fields = std::string(kind) == "wide_deep" ? 2 : 0;
+    c.embedding_dim = 2;
+    c.hidden = {4};
+    c.regression = true;
+    c.label_mean = 0.5;
+    c.label_stddev = 2;
+    std::unique_ptr<Model> m = *Model::Create(c);
+    EXPECT_EQ(m->task(), ModelTask::kRegression);
+    Examples b = RandomBatch(6, 3, c.categorical_fields, 9);
+    for (size_t r = 0; r < b.labels.size(); ++r) b.labels[r] = 3.0f * r - 4;
+    CheckGradients(*m, b);
+  }
+  ModelConfig bad;
+  bad.kind = "mlp";
+  bad.dense_features = 2;
+  bad.regression = true;
+  bad.label_stddev = std::nan("");
+  EXPECT_THAT(std::string(Model::Create(bad).status().message()), HasSubstr("deviation"));
+}
+
 TEST(LinearModelTest, LearnsASeparableProblemWithSgd) {
   // Label 1 exactly when feature key 1 is present; key 2 is noise.
   ModelConfig c;

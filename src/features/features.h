@@ -94,6 +94,9 @@ struct FeatureStats {
   // Classification: the label's classes, class k is classes[k] (numbers in numeric order,
   // otherwise strings in byte order). Regression: empty.
   std::vector<std::string> classes;
+  // Regression: the mean and standard deviation of the target (a model learns the target
+  // standardized by them and predicts in its units). Classification: 0.
+  double label_mean = 0, label_stddev = 0;
   int64_t rows = 0;
 
   std::string ToJson() const;

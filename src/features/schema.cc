@@ -355,7 +355,12 @@ std::string FeatureStats::ToJson() const {
                             {"boundaries", c.boundaries},
                             {"vocabulary", Escape(c.vocabulary)}});
   }
-  return json{{"rows", rows}, {"classes", Escape(classes)}, {"columns", columns_json}}.dump();
+  return json{{"rows", rows},
+              {"classes", Escape(classes)},
+              {"label_mean", label_mean},
+              {"label_stddev", label_stddev},
+              {"columns", columns_json}}
+      .dump();
 }
 
 absl::StatusOr<FeatureStats> FeatureStats::FromJson(absl::string_view text,
@@ -375,6 +380,12 @@ absl::StatusOr<FeatureStats> FeatureStats::FromJson(absl::string_view text,
             stats.classes.size() ||
         stats.classes.size() == 1 || stats.rows < 0) {
       return bad("the classes must be distinct, and none or at least 2");
+    }
+    stats.label_mean = j.value("label_mean", 0.0);
+    stats.label_stddev = j.value("label_stddev", 0.0);
+    if (!std::isfinite(stats.label_mean) || !std::isfinite(stats.label_stddev) ||
+        stats.label_stddev < 0) {
+      return bad("the label's mean and standard deviation must be finite, the deviation >= 0");
     }
     for (const json& c : j.at("columns")) {
       ColumnStats s;

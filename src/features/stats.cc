@@ -94,6 +94,7 @@ struct StatsBuilder::State {
   std::vector<std::vector<double>> sample;                        // bucketized
   std::vector<absl::flat_hash_map<std::string, int64_t>> counts;  // kVocabulary
   absl::flat_hash_map<std::string, int64_t> labels;               // classification
+  Moments target;                                                 // regression
   uint64_t rng = 0x9e3779b97f4a7c15ULL;                           // the quantile sample's draw
   int64_t rows = 0;
 };
@@ -151,9 +152,9 @@ absl::Status StatsBuilder::Add(const std::vector<absl::string_view>& fields,
         absl::StrCat(where, ": the label \"", st.schema.label, "\" is missing"));
   }
   if (st.schema.task == Schema::Task::kRegression) {
-    if (!features_internal::ParseTarget(label)) {
-      return FieldError(where, st.schema.label, label, kNotATarget);
-    }
+    std::optional<double> target = features_internal::ParseTarget(label);
+    if (!target) return FieldError(where, st.schema.label, label, kNotATarget);
+    st.target.Add(*target);
   } else if (!st.labels.contains(label) &&
              static_cast<int64_t>(st.labels.size()) >= kMaxVocabulary) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": the label \"", st.schema.label,
@@ -224,7 +225,10 @@ absl::StatusOr<FeatureStats> StatsBuilder::Finish() {
     }
     out.columns.push_back(std::move(s));
   }
-  if (st.schema.task == Schema::Task::kClassification) {
+  if (st.schema.task == Schema::Task::kRegression) {
+    out.label_mean = static_cast<double>(st.target.mean);
+    out.label_stddev = st.target.stddev();
+  } else {
     out.classes = ClassesOf(st.labels);
     if (out.classes.size() < 2) {
       return absl::InvalidArgumentError(

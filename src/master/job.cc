@@ -53,6 +53,11 @@ Sender Job::Chief() const {
 
 absl::StatusOr<JobResult> Job::Run() {
   if (model_job_ != nullptr) {
+    if (config_.epochs == kAutoEpochs) {
+      config_.epochs = config_.EpochsFor(model_job_->train_records());
+      spdlog::info("--epochs auto: {} epochs over {} training records", config_.epochs,
+                   model_job_->train_records());
+    }
     task_rows_ = config_.TaskRows(model_job_->train_records(), static_cast<int>(workers_.size()));
     SetScheduleLength();
   } else {

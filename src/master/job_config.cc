@@ -46,6 +46,12 @@ int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
   return std::max(b, CeilDiv(t, b) * b);
 }
 
+int JobConfig::EpochsFor(int64_t rows) const {
+  if (epochs != kAutoEpochs) return epochs;
+  return static_cast<int>(std::clamp<int64_t>(
+      CeilDiv(kAutoEpochExamples, std::max<int64_t>(rows, 1)), 1, kMaxAutoEpochs));
+}
+
 absl::Status JobConfig::Validate() const {
   if (model != "mlp" && model != "linear" && model != "wide_deep" && model != "external") {
     return InvalidArgument("--model: unknown model \"", model,
@@ -78,7 +84,12 @@ absl::Status JobConfig::Validate() const {
     return InvalidArgument("--placement: ", p.status().message());
   }
   if (batch_size < 1) return InvalidArgument("--batch ", batch_size, " must be at least 1");
-  if (epochs < 1) return InvalidArgument("--epochs ", epochs, " must be at least 1");
+  if (epochs < 1 && epochs != kAutoEpochs) {
+    return InvalidArgument("--epochs ", epochs, " must be at least 1 (or auto)");
+  }
+  if (epochs == kAutoEpochs && !BuiltInModel()) {
+    return InvalidArgument("--epochs auto is for the built-in models; give a number");
+  }
   if (report_every < 1)
     return InvalidArgument("report_every ", report_every, " must be at least 1");
   if (checkpoint_every_steps < 0) {
@@ -257,7 +268,11 @@ std::string JobResult::ToJson() const {
     j["auc"] = Round(auc, 4);
     j["log_loss"] = Round(log_loss, 4);
   }
-  if (classification || binary) {
+  if (regression) {
+    j["rmse"] = Round(rmse, 4);
+    j["mae"] = Round(mae, 4);
+  }
+  if (classification || binary || regression) {
     j["test_examples"] = test_examples;
     j["bad_lines_skipped"] = bad_lines_skipped;
   }

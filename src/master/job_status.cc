@@ -66,7 +66,7 @@ StatusTracker::StatusTracker(JobMonitor* monitor, const MasterOptions& options,
     *s = JobStatus();
     s->mode = options.job.mode;
     s->model = options.job.model;
-    if (options.job.BuiltInModel()) s->epochs = options.job.epochs;
+    if (options.job.BuiltInModel()) s->epochs = std::max(0, options.job.epochs);
     s->tasks.push_back(MakeTask(
         "chief", 0, options.address.empty() ? options.listen_address : options.address, "running"));
     s->tasks.back().seconds_since_seen = 0;

@@ -368,12 +368,15 @@ absl::Status Job::CollectStats(JobResult* result) {
 absl::Status Job::Evaluate(JobResult* result) {
   absl::StatusOr<Metrics> m = model_job_->Evaluate(ps_addresses_);
   if (!m.ok()) return m.status();
-  const bool classification = model_job_->model().task() == ModelTask::kClassification;
-  result->classification = classification;
-  result->binary = !classification;
+  const ModelTask task = model_job_->model().task();
+  result->classification = task == ModelTask::kClassification;
+  result->binary = task == ModelTask::kBinary;
+  result->regression = task == ModelTask::kRegression;
   result->test_accuracy = m->accuracy;
   result->auc = m->auc;
   result->log_loss = m->log_loss;
+  result->rmse = m->rmse;
+  result->mae = m->mae;
   result->test_examples = m->examples;
   result->bad_lines_skipped += model_job_->test_bad_lines_skipped();
   return absl::OkStatus();

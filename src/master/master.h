@@ -16,6 +16,8 @@ namespace pstrain {
 
 // JobConfig::schema of a schema inferred from the data.
 inline constexpr char kInferredSchema[] = "auto";
+// JobConfig::epochs of a number of epochs chosen from the data's size (--epochs auto).
+inline constexpr int kAutoEpochs = -1;
 
 // What to train and how. Defaults are the demo job's.
 struct JobConfig {
@@ -31,6 +33,11 @@ struct JobConfig {
   // A CSV table's feature columns (docs/features.md): a schema file (JSON), or kInferredSchema
   // to infer one from the training records; empty: every column a number, the label first.
   std::string schema;
+  // With kInferredSchema: the label column's name (empty: the first column).
+  std::string label;
+  // classification or regression; empty: the schema's task (an inferred one's from the label's
+  // values), or classification without a schema.
+  std::string objective;
   double holdout = 0.1;
   bool skip_bad_lines = false;  // a malformed data line is skipped and counted, not an error
   std::vector<int> hidden = {256, 128};  // mlp, and the deep part of wide_deep
@@ -70,7 +77,7 @@ struct JobConfig {
       0;  // for tests: and this long after it told the tasks to stop, before it returns
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
   int batch_size = 64;
-  int epochs = 3;
+  int epochs = 3;  // kAutoEpochs: chosen from the training records (EpochsFor)
   uint64_t seed = 1;
   int report_every = 20;
   absl::Duration register_timeout = absl::Seconds(60);  // for every task to register
@@ -108,6 +115,11 @@ struct JobConfig {
   // task queue (task_rows 0, or an external job); auto (-1) = min(200 batches,
   // ceil(rows / (8 * workers))) rounded up to whole batches, at least one batch.
   int64_t TaskRows(int64_t rows, int num_workers) const;
+  // The epochs of a job over `rows` training records: `epochs`, or with kAutoEpochs enough to
+  // see kAutoEpochExamples examples, from 1 to kMaxAutoEpochs.
+  int EpochsFor(int64_t rows) const;
+  static constexpr int64_t kAutoEpochExamples = 50000;
+  static constexpr int kMaxAutoEpochs = 100;
   // InvalidArgument naming the first bad setting by its command-line flag ("--lr_step_size must
   // be positive with --lr_schedule step, got 0").
   absl::Status Validate() const;
@@ -192,11 +204,12 @@ struct JobResult {
   std::string mode;
   std::string model;
   // Held-out metrics of a built-in model: test_accuracy for a classifier, auc and log_loss for
-  // a binary model (model/model.h Evaluate).
-  bool classification = false, binary = false;
+  // a binary model, rmse and mae for a regression (model/model.h Evaluate).
+  bool classification = false, binary = false, regression = false;
   double test_accuracy = 0;
   double auc = 0;
   double log_loss = 0;
+  double rmse = 0, mae = 0;
   int64_t test_examples = 0;
   int64_t bad_lines_skipped = 0;   // malformed data lines skipped, by the workers and the chief
   std::vector<TableStats> tables;  // per table, summed over the PS tasks (master/tables.h)

@@ -32,15 +32,11 @@ absl::StatusOr<int> ClassesOf(const Examples& e, const std::string& what) {
   return classes;
 }
 
-// What the built-in models cannot do with a schema's inputs: regression (no model has a
-// regression head yet), a linear (binary) model over more than two classes, an MLP over
-// crossed columns (it reads dense inputs only; its other columns go in one-hot).
+// What the built-in models cannot do with a schema's inputs: a linear (binary) model over more
+// than two classes, an MLP over crossed columns (it reads dense inputs only; its other columns
+// go in one-hot).
 absl::Status CheckModelFitsSchema(const ModelConfig& mc) {
-  if (mc.num_classes == 0) {
-    return InvalidArgument("--schema: a regression task; the built-in models classify (model ",
-                           mc.kind, ")");
-  }
-  if (mc.kind == "linear" && mc.num_classes != 2) {
+  if (mc.kind == "linear" && !mc.regression && mc.num_classes != 2) {
     return InvalidArgument("model linear is a binary classifier; the label has ", mc.num_classes,
                            " classes (--model mlp classifies any number)");
   }
@@ -51,6 +47,18 @@ absl::Status CheckModelFitsSchema(const ModelConfig& mc) {
         mc.categorical_fields, " crossed columns (--model wide_deep or linear reads them)");
   }
   return absl::OkStatus();
+}
+
+// A regression over `train`: its labels' mean and standard deviation.
+void LabelMoments(const Examples& train, ModelConfig* mc) {
+  double sum = 0, squares = 0;
+  for (float l : train.labels) sum += l;
+  const double n = std::max<double>(1, static_cast<double>(train.size()));
+  const double mean = sum / n;
+  for (float l : train.labels) squares += (l - mean) * (l - mean);
+  mc->regression = true;
+  mc->label_mean = mean;
+  mc->label_stddev = std::sqrt(squares / n);
 }
 
 }  // namespace
@@ -112,6 +120,9 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
     mc.dense_features = tabular.shape.dense_features;
     mc.categorical_fields = tabular.shape.categorical_fields;
     mc.num_classes = tabular.shape.num_classes;
+    mc.regression = tabular.regression;
+    mc.label_mean = tabular.label_mean;
+    mc.label_stddev = tabular.label_stddev;
     if (absl::Status s = CheckModelFitsSchema(mc); !s.ok()) return s;
   } else {
     absl::StatusOr<Examples> test = data->ReadTest();
@@ -120,6 +131,11 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
     mc.dense_features = data->shape().dense_features;
     mc.categorical_fields = data->shape().categorical_fields;
     mc.num_classes = data->shape().num_classes;
+    if (config.objective == "regression") {
+      absl::StatusOr<Examples> all = data->ReadTrain(0, data->train_records());
+      if (!all.ok()) return all.status();
+      LabelMoments(*all, &mc);
+    }
   }
   const Examples& test = tabular.test;
   if (test.size() == 0) {
@@ -187,6 +203,9 @@ void ModelJob::FillSpec(TrainingSpec* spec) const {
   m->set_categorical_fields(model_config_.categorical_fields);
   m->set_embedding_dim(model_config_.embedding_dim);
   m->set_shared_embedding(model_config_.shared_embedding);
+  m->set_regression(model_config_.regression);
+  m->set_label_mean(model_config_.label_mean);
+  m->set_label_stddev(model_config_.label_stddev);
   for (const Placement& p : placement_) *spec->add_placement() = p;
   for (const TableSpec& t : model_->tables()) {
     TableInfo* info = spec->add_tables();

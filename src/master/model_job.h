@@ -33,6 +33,8 @@ TableDef TableDefOf(const TableSpec& table, const JobConfig& config, int num_ps)
 struct TabularData {
   std::string schema_json, stats_json;
   FeatureShape shape;
+  bool regression = false;
+  double label_mean = 0, label_stddev = 0;  // regression: of the training rows' label
   Examples test;
 };
 absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data);

@@ -33,7 +33,7 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
   }
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
-      InferCsvSchema(data.spec().path, kDelimiter, "", training, config.model != "mlp");
+      InferCsvSchema(data.spec().path, kDelimiter, config.label, training, config.model != "mlp");
   if (!inferred.ok()) return inferred.status();
   for (const std::string& why : inferred->reasons) spdlog::info("schema: {}", why);
   return inferred->schema;
@@ -53,6 +53,10 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   training.end_record = data.train_records();
   absl::StatusOr<Schema> schema = SchemaOf(config, data, training);
   if (!schema.ok()) return schema.status();
+  if (!config.objective.empty()) {
+    schema->task = config.objective == "regression" ? Schema::Task::kRegression
+                                                    : Schema::Task::kClassification;
+  }
   if (config.model == "mlp") {
     // An MLP reads dense inputs: its categorical and bucketized columns go in one-hot, as
     // TensorFlow's DNNClassifier reads them through indicator columns.
@@ -68,6 +72,9 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
       CsvTransform(*schema, *stats, data.test_spec().path, kDelimiter);
   if (!transform.ok()) return transform.status();
   t.shape = transform->shape();
+  t.regression = schema->task == Schema::Task::kRegression;
+  t.label_mean = stats->label_mean;
+  t.label_stddev = stats->label_stddev;
   TextOptions held_out = training;
   held_out.first_record = data.test_begin();
   held_out.end_record = data.test_end();

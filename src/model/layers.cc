@@ -71,4 +71,16 @@ float SoftmaxCrossEntropy(const Matrix& logits, const int32_t* labels, Matrix* d
   return static_cast<float>(total / static_cast<double>(n));
 }
 
+float SquaredError(const float* outputs, const float* targets, int64_t n, float* doutputs) {
+  if (n <= 0) return 0.0f;
+  const float two_over_n = 2.0f / static_cast<float>(n);
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = outputs[i] - targets[i];
+    total += static_cast<double>(e) * e;
+    doutputs[i] = two_over_n * e;
+  }
+  return static_cast<float>(total / static_cast<double>(n));
+}
+
 }  // namespace pstrain::layers

@@ -1,6 +1,8 @@
-// Logistic regression: one weight per sparse feature (a dim-1 table, so any number of hashed
-// features fits), a kernel over the dense features, and a bias.
-//   logit_r = bias + x_r . kernel + sum_j v_j w[k_j],   loss = mean sigmoid cross-entropy
+// Logistic (or, with ModelConfig::regression, linear) regression: one weight per sparse feature
+// (a dim-1 table, so any number of hashed features fits), a kernel over the dense features, and
+// a bias.
+//   logit_r = bias + x_r . kernel + sum_j v_j w[k_j],
+//   loss = mean sigmoid cross-entropy, or mean squared error of the standardized label
 #include "absl/strings/str_cat.h"
 #include "model/model_internal.h"
 
@@ -9,13 +11,13 @@ namespace {
 
 class LinearModel final : public Model {
  public:
-  explicit LinearModel(const ModelConfig& c) : dense_(c.dense_features) {
+  explicit LinearModel(const ModelConfig& c) : dense_(c.dense_features), head_(c) {
     if (dense_ > 0) params_.push_back({"linear/kernel", {dense_, 1}});
     params_.push_back({"linear/bias", {1}});
     tables_.push_back({"linear/weights", 1, Initializer{}, std::nullopt});
   }
 
-  ModelTask task() const override { return ModelTask::kBinary; }
+  ModelTask task() const override { return head_.task(); }
   const std::vector<ParamSpec>& params() const override { return params_; }
   const std::vector<TableSpec>& tables() const override { return tables_; }
   std::vector<Tensor> Initialize(uint64_t) const override {
@@ -32,7 +34,7 @@ class LinearModel final : public Model {
   float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
                         const GradientsReady& ready) override {
     Logits(in, batch);
-    const float loss = SigmoidCrossEntropy(logits_, batch.labels.data(), &dlogits_);
+    const float loss = head_.Loss(logits_, batch.labels.data(), &dlogits_);
     g->params.resize(params_.size());
     for (size_t k = 0; k < params_.size(); ++k) g->params[k] = Tensor(params_[k].shape, 0.0f);
     g->rows.assign(1, std::vector<float>(index_.keys()[0].size(), 0.0f));
@@ -53,7 +55,7 @@ class LinearModel final : public Model {
   void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
     Logits(in, batch);
     out->resize(logits_.size());
-    for (size_t r = 0; r < logits_.size(); ++r) (*out)[r] = Sigmoid(logits_[r]);
+    for (size_t r = 0; r < logits_.size(); ++r) (*out)[r] = head_.Prediction(logits_[r]);
   }
 
  private:
@@ -75,6 +77,7 @@ class LinearModel final : public Model {
   const int dense_;
   std::vector<ParamSpec> params_;
   std::vector<TableSpec> tables_;
+  OutputHead head_;
   SparseIndex index_;
   std::vector<float> logits_, dlogits_;
 };

@@ -101,22 +101,49 @@ std::vector<Tensor> Mlp::Initialize(uint64_t seed) const {
   return out;
 }
 
+namespace {
+
+void ShapeGrads(const std::vector<ParamSpec>& specs, std::vector<Tensor>* grads) {
+  grads->resize(specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) {
+    Tensor& g = (*grads)[k];
+    if (g.shape != specs[k].shape || g.size() != NumElements(specs[k].shape)) {
+      g = Tensor(specs[k].shape, 0.0f);
+    }
+  }
+}
+
+}  // namespace
+
 float Mlp::ForwardBackward(const std::vector<const float*>& params,
                            const Eigen::Ref<const Matrix>& x, const int32_t* labels,
                            std::vector<Tensor>* grads, const GradientsReady& ready) {
   assert(params.size() == params_.size());
   assert(x.cols() == widths_.front());
-  grads->resize(params_.size());
-  for (size_t k = 0; k < params_.size(); ++k) {
-    Tensor& g = (*grads)[k];
-    if (g.shape != params_[k].shape || g.size() != NumElements(params_[k].shape)) {
-      g = Tensor(params_[k].shape, 0.0f);
-    }
-  }
-
+  ShapeGrads(params_, grads);
   Forward(widths_, params, x, &acts_);
+  const float loss = layers::SoftmaxCrossEntropy(acts_.back(), labels, &grads_.back());
+  Backward(params, x, grads, ready);
+  return loss;
+}
+
+float Mlp::ForwardBackwardSquaredError(const std::vector<const float*>& params,
+                                       const Eigen::Ref<const Matrix>& x, const float* targets,
+                                       std::vector<Tensor>* grads, const GradientsReady& ready) {
+  assert(params.size() == params_.size());
+  assert(x.cols() == widths_.front() && widths_.back() == 1);
+  ShapeGrads(params_, grads);
+  Forward(widths_, params, x, &acts_);
+  grads_.back().resize(x.rows(), 1);
+  const float loss =
+      layers::SquaredError(acts_.back().data(), targets, x.rows(), grads_.back().data());
+  Backward(params, x, grads, ready);
+  return loss;
+}
+
+void Mlp::Backward(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                   std::vector<Tensor>* grads, const GradientsReady& ready) {
   const size_t layers = widths_.size() - 1;
-  const float loss = layers::SoftmaxCrossEntropy(acts_[layers - 1], labels, &grads_[layers - 1]);
   const bool early = ready && BackwardStaysFinite(widths_, params, x, acts_, grads_[layers - 1]);
   for (size_t i = layers; i-- > 0;) {
     ConstMatrixMap w(params[2 * i], widths_[i], widths_[i + 1]);
@@ -131,25 +158,39 @@ float Mlp::ForwardBackward(const std::vector<const float*>& params,
     if (early) ready({static_cast<int>(2 * i), static_cast<int>(2 * i + 1)});
   }
   if (!early) ReportAllReady(ready, params_.size());
-  return loss;
+}
+
+void Mlp::ForwardInChunks(const std::vector<const float*>& params,
+                          const Eigen::Ref<const Matrix>& x,
+                          const std::function<void(Eigen::Index, const Matrix&)>& fn) {
+  assert(params.size() == params_.size());
+  assert(x.cols() == widths_.front());
+  const Eigen::Index n = x.rows();
+  for (Eigen::Index start = 0; start < n; start += kEvalChunk) {
+    const Eigen::Index len = std::min(kEvalChunk, n - start);
+    Forward(widths_, params, x.middleRows(start, len), &acts_);
+    fn(start, acts_.back());
+  }
+}
+
+void Mlp::Outputs(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                  std::vector<float>* outputs) {
+  outputs->resize(x.rows());
+  ForwardInChunks(params, x, [&](Eigen::Index start, const Matrix& out) {
+    for (Eigen::Index r = 0; r < out.rows(); ++r) (*outputs)[start + r] = out(r, 0);
+  });
 }
 
 void Mlp::Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                    std::vector<int32_t>* classes) {
-  assert(params.size() == params_.size());
-  assert(x.cols() == widths_.front());
-  const Eigen::Index n = x.rows();
-  classes->resize(n);
-  for (Eigen::Index start = 0; start < n; start += kEvalChunk) {
-    const Eigen::Index len = std::min(kEvalChunk, n - start);
-    Forward(widths_, params, x.middleRows(start, len), &acts_);
-    const Matrix& logits = acts_.back();
-    for (Eigen::Index r = 0; r < len; ++r) {
+  classes->resize(x.rows());
+  ForwardInChunks(params, x, [&](Eigen::Index start, const Matrix& logits) {
+    for (Eigen::Index r = 0; r < logits.rows(); ++r) {
       Eigen::Index best = 0;
       logits.row(r).maxCoeff(&best);
       (*classes)[start + r] = static_cast<int32_t>(best);
     }
-  }
+  });
 }
 
 double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,

@@ -40,6 +40,9 @@ void ReluBackward(const Matrix& y, Matrix* dy);
 // Mean softmax cross-entropy of logits (n x classes) against labels in [0, classes); writes the
 // gradient of the mean loss with respect to the logits into dlogits. Numerically stable.
 float SoftmaxCrossEntropy(const Matrix& logits, const int32_t* labels, Matrix* dlogits);
+// Mean of (outputs[i] - targets[i])^2 over n values; writes the gradient of the mean loss with
+// respect to the outputs into doutputs[0..n).
+float SquaredError(const float* outputs, const float* targets, int64_t n, float* doutputs);
 }  // namespace layers
 
 // Told by a backward pass which parameters' gradients are final (indices into the model's
@@ -85,6 +88,17 @@ class Mlp {
                         const int32_t* labels, std::vector<Tensor>* grads,
                         const GradientsReady& ready = nullptr);
 
+  // As ForwardBackward, for a network with one output learning `targets` by the mean squared
+  // error (the loss returned).
+  float ForwardBackwardSquaredError(const std::vector<const float*>& params,
+                                    const Eigen::Ref<const Matrix>& x, const float* targets,
+                                    std::vector<Tensor>* grads,
+                                    const GradientsReady& ready = nullptr);
+
+  // The first output of every row of x, in chunks.
+  void Outputs(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+               std::vector<float>* outputs);
+
   // The arg-max class of every row of x, in chunks.
   void Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                 std::vector<int32_t>* classes);
@@ -94,6 +108,13 @@ class Mlp {
                   const int32_t* labels);
 
  private:
+  // Runs the forward pass over chunks of x's rows; fn(first row, outputs of the chunk's rows).
+  void ForwardInChunks(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                       const std::function<void(Eigen::Index, const Matrix&)>& fn);
+  // The backward pass from the output's gradient in grads_.back(), after Forward.
+  void Backward(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
+                std::vector<Tensor>* grads, const GradientsReady& ready);
+
   std::vector<int> widths_;
   std::vector<ParamSpec> params_;
   std::vector<Matrix> acts_;   // scratch: activations per layer
@@ -143,7 +164,10 @@ struct TableSpec {
 
 // kClassification: labels are class indices, the metric is accuracy. kBinary: labels are 0/1
 // (a label > 0 counts as 1), the output a probability, the metrics AUC and log loss.
-enum class ModelTask { kClassification, kBinary };
+// kRegression: labels are numbers, the output a number in their units, the loss the mean squared
+// error of the label standardized by ModelConfig's label_mean and label_stddev, the metrics RMSE
+// and MAE.
+enum class ModelTask { kClassification, kBinary, kRegression };
 
 struct ModelConfig {
   std::string kind = "mlp";              // mlp, linear or wide_deep
@@ -153,6 +177,10 @@ struct ModelConfig {
   int categorical_fields = 0;            // wide_deep: sparse fields 0..n-1 (Criteo: 26)
   int embedding_dim = 8;                 // wide_deep
   bool shared_embedding = false;         // wide_deep: one table for every field, not one per field
+  // Every kind: predict a number (kRegression) rather than classify; num_classes is then unread.
+  // The model learns (label - label_mean) / label_stddev (a deviation of 0 counts as 1).
+  bool regression = false;
+  double label_mean = 0, label_stddev = 1;
 };
 
 // What the parameter servers returned for one batch.
@@ -189,7 +217,8 @@ class Model {
   // promise finite gradients; the linear and Wide & Deep models all at the end.
   virtual float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* grads,
                                 const GradientsReady& ready = nullptr) = 0;
-  // Per row: the predicted class (kClassification) or the probability of label 1 (kBinary).
+  // Per row: the predicted class (kClassification), the probability of label 1 (kBinary) or the
+  // predicted number (kRegression).
   virtual void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) = 0;
 };
 
@@ -198,6 +227,8 @@ struct Metrics {
   double accuracy = 0;  // kClassification
   double auc = 0;       // kBinary: area under the ROC curve (ties count half; 0 if one class)
   double log_loss = 0;  // kBinary: mean binary cross-entropy, probabilities clipped to 1e-7
+  double rmse = 0;      // kRegression: root mean squared error
+  double mae = 0;       // kRegression: mean absolute error
 };
 // The metrics of `task` for predictions as Predict writes them against `labels`.
 Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,

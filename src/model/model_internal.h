@@ -37,4 +37,27 @@ float SigmoidCrossEntropy(const std::vector<float>& logits, const float* labels,
                           std::vector<float>* dlogits);
 float Sigmoid(float x);
 
+// The head of a model with one output per row: binary (sigmoid cross-entropy, the output a
+// logit) or, when the config says regression, the squared error of the output against the
+// label standardized by the config's label_mean and label_stddev.
+class OutputHead {
+ public:
+  explicit OutputHead(const ModelConfig& c);
+  ModelTask task() const { return regression_ ? ModelTask::kRegression : ModelTask::kBinary; }
+  // The mean loss of `outputs` against `labels`; d(mean loss)/d(output) into *doutputs.
+  float Loss(const std::vector<float>& outputs, const float* labels, std::vector<float>* doutputs);
+  // The standardized targets of `n` labels.
+  const std::vector<float>& Targets(const float* labels, size_t n);
+  // What Predict writes for an output: the probability of label 1, or a number in the label's
+  // units.
+  float Prediction(float output) const {
+    return regression_ ? static_cast<float>(mean_ + scale_ * output) : Sigmoid(output);
+  }
+
+ private:
+  bool regression_;
+  double mean_, scale_;
+  std::vector<float> targets_;
+};
+
 }  // namespace pstrain

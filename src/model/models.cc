@@ -1,4 +1,6 @@
 // Model::Create, and the MLP behind the model interface.
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/model_internal.h"
@@ -6,12 +8,16 @@
 namespace pstrain {
 namespace {
 
-// Softmax classification of the dense features; no tables.
+// Softmax classification (or, with ModelConfig::regression, one output learning the
+// standardized label by squared error) of the dense features; no tables.
 class MlpModel final : public Model {
  public:
-  explicit MlpModel(std::vector<int> widths) : mlp_(std::move(widths)) {}
+  MlpModel(std::vector<int> widths, const ModelConfig& c)
+      : mlp_(std::move(widths)), regression_(c.regression), head_(c) {}
 
-  ModelTask task() const override { return ModelTask::kClassification; }
+  ModelTask task() const override {
+    return regression_ ? ModelTask::kRegression : ModelTask::kClassification;
+  }
   const std::vector<ParamSpec>& params() const override { return mlp_.params(); }
   const std::vector<TableSpec>& tables() const override { return no_tables_; }
   std::vector<Tensor> Initialize(uint64_t seed) const override { return mlp_.Initialize(seed); }
@@ -21,12 +27,21 @@ class MlpModel final : public Model {
 
   float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
                         const GradientsReady& ready) override {
-    labels_.assign(batch.labels.begin(), batch.labels.end());
     g->rows.clear();
+    if (regression_) {
+      const std::vector<float>& t = head_.Targets(batch.labels.data(), batch.labels.size());
+      return mlp_.ForwardBackwardSquaredError(in.params, Dense(batch), t.data(), &g->params, ready);
+    }
+    labels_.assign(batch.labels.begin(), batch.labels.end());
     return mlp_.ForwardBackward(in.params, Dense(batch), labels_.data(), &g->params, ready);
   }
 
   void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
+    if (regression_) {
+      mlp_.Outputs(in.params, Dense(batch), out);
+      for (float& v : *out) v = head_.Prediction(v);
+      return;
+    }
     mlp_.Classify(in.params, Dense(batch), &classes_);
     out->assign(classes_.begin(), classes_.end());
   }
@@ -37,6 +52,8 @@ class MlpModel final : public Model {
   }
 
   Mlp mlp_;
+  const bool regression_;
+  OutputHead head_;
   const std::vector<TableSpec> no_tables_;
   const std::vector<std::vector<uint64_t>> no_keys_;
   std::vector<int32_t> labels_, classes_;
@@ -54,8 +71,8 @@ void ReportAllReady(const GradientsReady& ready, size_t n) {
 std::unique_ptr<Model> MakeMlpModel(const ModelConfig& c) {
   std::vector<int> widths = {c.dense_features};
   widths.insert(widths.end(), c.hidden.begin(), c.hidden.end());
-  widths.push_back(c.num_classes);
-  return std::make_unique<MlpModel>(std::move(widths));
+  widths.push_back(c.regression ? 1 : c.num_classes);
+  return std::make_unique<MlpModel>(std::move(widths), c);
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& c) {
@@ -66,13 +83,18 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& c) {
   if (c.dense_features < 0 || c.dense_features > kMaxWidth) {
     return bad("dense_features ", c.dense_features, " is out of range [0, ", kMaxWidth, "]");
   }
+  if (c.regression &&
+      !(std::isfinite(c.label_mean) && std::isfinite(c.label_stddev) && c.label_stddev >= 0)) {
+    return bad("the label's mean ", c.label_mean, " and deviation ", c.label_stddev,
+               " must be finite, the deviation >= 0");
+  }
   for (int h : c.hidden) {
     if (h <= 0 || h > kMaxWidth)
       return bad("hidden width ", h, " is out of range [1, ", kMaxWidth, "]");
   }
   if (c.kind == "mlp") {
     if (c.dense_features < 1) return bad("needs dense features");
-    if (c.num_classes < 2 || c.num_classes > kMaxWidth) {
+    if (!c.regression && (c.num_classes < 2 || c.num_classes > kMaxWidth)) {
       return bad("num_classes ", c.num_classes, " must be at least 2");
     }
     return MakeMlpModel(c);

@@ -49,6 +49,28 @@ float SigmoidCrossEntropy(const std::vector<float>& logits, const float* labels,
   return static_cast<float>(total / static_cast<double>(n));
 }
 
+OutputHead::OutputHead(const ModelConfig& c)
+    : regression_(c.regression),
+      mean_(c.label_mean),
+      scale_(c.label_stddev > 0 ? c.label_stddev : 1.0) {}
+
+const std::vector<float>& OutputHead::Targets(const float* labels, size_t n) {
+  targets_.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    targets_[r] = static_cast<float>((static_cast<double>(labels[r]) - mean_) / scale_);
+  }
+  return targets_;
+}
+
+float OutputHead::Loss(const std::vector<float>& outputs, const float* labels,
+                       std::vector<float>* doutputs) {
+  if (!regression_) return SigmoidCrossEntropy(outputs, labels, doutputs);
+  const size_t n = outputs.size();
+  const std::vector<float>& t = Targets(labels, n);
+  doutputs->resize(n);
+  return layers::SquaredError(outputs.data(), t.data(), static_cast<int64_t>(n), doutputs->data());
+}
+
 Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
                  const std::vector<float>& labels) {
   Metrics m;
@@ -59,6 +81,17 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
     int64_t correct = 0;
     for (size_t r = 0; r < n; ++r) correct += predictions[r] == labels[r];
     m.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    return m;
+  }
+  if (task == ModelTask::kRegression) {
+    double squared = 0, absolute = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const double e = static_cast<double>(predictions[r]) - labels[r];
+      squared += e * e;
+      absolute += std::abs(e);
+    }
+    m.rmse = std::sqrt(squared / static_cast<double>(n));
+    m.mae = absolute / static_cast<double>(n);
     return m;
   }
   m.log_loss = LogLoss(predictions, labels);

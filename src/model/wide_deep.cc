@@ -7,7 +7,8 @@
 //    layers) to one logit. As in DLRM, the embeddings reach the MLP through their dot products
 //    only (the wide part has each value's own weight); with fewer than two fields, which have
 //    no pairs, the embeddings themselves follow the dense features.
-//   logit = wide + deep, loss = mean sigmoid cross-entropy.
+//   logit = wide + deep, loss = mean sigmoid cross-entropy (or, with ModelConfig::regression,
+//   the mean squared error of the standardized label).
 // Features whose field is outside [0, categorical_fields) feed the wide part only.
 #include <cmath>
 
@@ -55,7 +56,8 @@ class WideDeepModel final : public Model {
         dim_(c.embedding_dim),
         shared_(c.shared_embedding),
         pairs_(layers::InteractionPairs(c.categorical_fields)),
-        mlp_embeddings_(pairs_ == 0 ? fields_ * dim_ : 0) {
+        mlp_embeddings_(pairs_ == 0 ? fields_ * dim_ : 0),
+        head_(c) {
     widths_.push_back(dense_ + mlp_embeddings_ + pairs_);
     widths_.insert(widths_.end(), c.hidden.begin(), c.hidden.end());
     widths_.push_back(1);
@@ -78,7 +80,7 @@ class WideDeepModel final : public Model {
     dacts_.resize(widths_.size() - 1);
   }
 
-  ModelTask task() const override { return ModelTask::kBinary; }
+  ModelTask task() const override { return head_.task(); }
   const std::vector<ParamSpec>& params() const override { return params_; }
   const std::vector<TableSpec>& tables() const override { return tables_; }
 
@@ -109,7 +111,7 @@ class WideDeepModel final : public Model {
   float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
                         const GradientsReady& ready) override {
     Forward(in, batch);
-    const float loss = SigmoidCrossEntropy(logits_, batch.labels.data(), &dlogits_);
+    const float loss = head_.Loss(logits_, batch.labels.data(), &dlogits_);
     g->params.resize(params_.size());
     for (size_t k = 0; k < params_.size(); ++k) g->params[k] = Tensor(params_[k].shape, 0.0f);
     g->rows.resize(keys_.size());
@@ -158,7 +160,7 @@ class WideDeepModel final : public Model {
   void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
     Forward(in, batch);
     out->resize(logits_.size());
-    for (size_t r = 0; r < logits_.size(); ++r) (*out)[r] = Sigmoid(logits_[r]);
+    for (size_t r = 0; r < logits_.size(); ++r) (*out)[r] = head_.Prediction(logits_[r]);
   }
 
  private:
@@ -207,6 +209,7 @@ class WideDeepModel final : public Model {
   Matrix emb_, demb_;      // the field embeddings side by side, and their gradient
   Matrix input_, dinput_;  // the MLP's input: dense features, embeddings if no pairs, dots
   std::vector<Matrix> acts_, dacts_;
+  OutputHead head_;
   std::vector<float> logits_, dlogits_;
 };
 

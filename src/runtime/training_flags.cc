@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/half.h"
+#include "common/status.h"
 
 namespace pstrain {
 namespace {
@@ -14,6 +16,8 @@ namespace {
 constexpr int kCtrBatch = 256;
 constexpr int kCtrEpochs = 1;
 constexpr double kCtrLearningRate = 0.003;
+constexpr int kTabularBatch = 32;
+constexpr double kTabularLearningRate = 0.01, kTabularMlpLearningRate = 0.003;
 // Default of --model wide_deep: a cosine decay over the job gained about 0.001 of held-out AUC
 // on gen-criteo's 1,000,000 rows.
 constexpr const char* kWideDeepSchedule = "cosine";
@@ -51,6 +55,8 @@ const std::vector<AppliesWhen>& ApplicabilityRules() {
       {"--test_data", "--model", kBuiltIn},
       {"--holdout", "--model", kBuiltIn},
       {"--schema", "--model", kBuiltIn},
+      {"--label", "--schema", {"auto"}},
+      {"--objective", "--model", kBuiltIn},
       {"--bad_lines", "--model", kBuiltIn},
       {"--push_dtype", "--model", kBuiltIn},
       {"--overlap_pull", "--model", kBuiltIn},
@@ -79,6 +85,7 @@ std::string TrainingFlags::ValueOf(const std::string& flag) const {
   if (flag == "--optimizer") return optimizer_;
   if (flag == "--lr_schedule") return Schedule();
   if (flag == "--mode") return config_.mode;
+  if (flag == "--schema") return config_.schema;
   return config_.model;
 }
 
@@ -128,6 +135,12 @@ void TrainingFlags::AddTo(CLI::App* app) {
                   "feature columns of a CSV file with a header: a schema file (JSON, "
                   "docs/features.md; pstrain infer-schema writes one), or auto to infer one from "
                   "the training records");
+  app->add_option("--label", c.label,
+                  "with --schema auto: the label column's name (default: the first column)");
+  app->add_option("--objective", c.objective,
+                  "classification or regression (mean squared error; RMSE and MAE); default: the "
+                  "schema's task, or classification")
+      ->check(CLI::IsMember({"classification", "regression"}));
   app->add_option("--holdout", c.holdout, "fraction of a text file's records held out")
       ->capture_default_str();
   app->add_option("--bad_lines", bad_lines_,
@@ -163,9 +176,10 @@ void TrainingFlags::AddTo(CLI::App* app) {
   app->add_option("--batch", c.batch_size,
                   absl::StrCat("examples per step and worker (linear, wide_deep: ", kCtrBatch, ")"))
       ->capture_default_str();
-  app->add_option(
-         "--epochs", c.epochs,
-         absl::StrCat("passes over the training data (linear, wide_deep: ", kCtrEpochs, ")"))
+  app->add_option("--epochs", epochs_,
+                  absl::StrCat("passes over the training data, or auto: from the data's size "
+                               "(linear, wide_deep: ",
+                               kCtrEpochs, "; with --schema: auto)"))
       ->capture_default_str();
   app->add_option("--seed", c.seed, "seed for initialisation and shuffling")->capture_default_str();
   // Consistency.
@@ -284,6 +298,11 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
     return std::find(given.begin(), given.end(), flag) == given.end();
   };
   double lr = lr_;
+  if (epochs_ == "auto") {
+    c.epochs = kAutoEpochs;
+  } else if (!absl::SimpleAtoi(epochs_, &c.epochs) || c.epochs < 1) {
+    return InvalidArgument("--epochs ", epochs_, ": give a number of at least 1, or auto");
+  }
   // The CTR models' own defaults where the MNIST job's do not suit them: larger batches (many
   // small sparse updates per example) and a faster dense learning rate, measured on
   // `pstrain gen-criteo` data.
@@ -291,6 +310,13 @@ absl::StatusOr<JobConfig> TrainingFlags::ToConfig() const {
     if (unset("--batch")) c.batch_size = kCtrBatch;
     if (unset("--epochs")) c.epochs = kCtrEpochs;
     if (unset("--lr")) lr = kCtrLearningRate;
+  }
+  // A table through feature columns may have a hundred rows or millions: epochs from its size,
+  // and the small batches and faster rate that converge on the small ones (docs/features.md).
+  if (!c.schema.empty()) {
+    if (unset("--batch")) c.batch_size = kTabularBatch;
+    if (unset("--epochs")) c.epochs = kAutoEpochs;
+    if (unset("--lr")) lr = c.model == "mlp" ? kTabularMlpLearningRate : kTabularLearningRate;
   }
   OptimizerConfig& o = c.optimizer;
   o.set_name(optimizer_);

@@ -49,6 +49,7 @@ class TrainingFlags {
   double table_lr_ = 0.1;
   double task_timeout_s_ = 120;
   std::string resume_;
+  std::string epochs_ = "3";
 };
 
 }  // namespace pstrain

@@ -71,6 +71,9 @@ ModelConfig ModelConfigOf(const ModelSpec& spec) {
   c.categorical_fields = spec.categorical_fields();
   c.embedding_dim = spec.embedding_dim();
   c.shared_embedding = spec.shared_embedding();
+  c.regression = spec.regression();
+  c.label_mean = spec.label_mean();
+  c.label_stddev = spec.label_stddev();
   return c;
 }
 
