@@ -224,6 +224,25 @@ TEST_F(CheckpointManifestTest, ANonNumericOrNegativeStepOrPsCountIsRefused) {
   for (const auto& [step, dir] : ListCheckpoints(root_)) EXPECT_GE(step, 0) << dir;
 }
 
+// A model's schema and statistics travel in the manifest and back; anything else under
+// "features" is refused, naming it.
+TEST_F(CheckpointManifestTest, FeaturesAreAnObjectOfASchemaAndItsStatistics) {
+  nlohmann::json features = {{"schema", {{"label", "y"}}}, {"stats", {{"rows", 3}}}};
+  ASSERT_TRUE(LoadWith([&](nlohmann::json& j) { j["features"] = features; }).ok());
+  absl::StatusOr<Manifest> m = ReadManifest(dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->signature.features, features);
+  ExpectRefused(LoadWith([](nlohmann::json& j) { j["features"] = "csv"; }), "features", "\"csv\"");
+  ExpectRefused(LoadWith([](nlohmann::json& j) {
+                  j["features"] = {{"schema", {{"a", 1}}}};
+                }),
+                "features", "not an object of a schema and its statistics");
+  ExpectRefused(LoadWith([](nlohmann::json& j) {
+                  j["features"] = {{"schema", 1}, {"stats", {{"a", 1}}}};
+                }),
+                "features", "not an object");
+}
+
 // Sizes within the limits, parts that hold less: refused as truncated, and the variable's
 // declared size is never allocated.
 TEST_F(CheckpointManifestTest, PartsSmallerThanTheManifestSaysAreTruncated) {

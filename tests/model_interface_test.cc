@@ -274,6 +274,20 @@ TEST(MetricsTest, AucAndLogLossHandComputed) {
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kBinary, {0.2f, 0.9f, 0.3f}, {0, 1, 1}).auc, 1.0);
   EXPECT_NEAR(Evaluate(ModelTask::kBinary, {0.0f}, {1}).log_loss, -std::log(1e-7), 1e-6);
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kClassification, {1, 2, 3}, {1, 0, 3}).accuracy, 2.0 / 3);
+  // Base rate 1/2 on the first case: the labels' entropy.
+  EXPECT_NEAR(m.base_log_loss, std::log(2.0), 1e-6);
+  EXPECT_NEAR(Evaluate(ModelTask::kBinary, {0.5f, 0.5f, 0.5f, 0.5f}, {1, 0, 0, 0}).base_log_loss,
+              -(0.25 * std::log(0.25) + 0.75 * std::log(0.75)), 1e-6);
+}
+
+TEST(MetricsTest, MacroF1HandComputed) {
+  // Predicted 0 0 1 2 2 against labels 0 1 1 2 0: class 0 has TP 1, FP 1, FN 1 (F1 1/2);
+  // class 1 TP 1, FN 1 (2/3); class 2 TP 1, FP 1 (2/3).
+  Metrics m = Evaluate(ModelTask::kClassification, {0, 0, 1, 2, 2}, {0, 1, 1, 2, 0});
+  EXPECT_NEAR(m.macro_f1, (0.5 + 2.0 / 3 + 2.0 / 3) / 3, 1e-9);
+  EXPECT_DOUBLE_EQ(m.accuracy, 0.6);
+  // A class only predicted counts with F1 0, as scikit-learn's f1_score(average="macro").
+  EXPECT_NEAR(Evaluate(ModelTask::kClassification, {0, 1}, {0, 0}).macro_f1, (2.0 / 3) / 2, 1e-9);
 }
 
 // A regression learns the label standardized by the config's mean and deviation and predicts in

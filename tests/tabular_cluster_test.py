@@ -78,6 +78,8 @@ def test_a_linear_model_on_columns_of_any_scale_matches_logistic_regression(tmp_
         p = np.mean(ytr == "malignant")
         base = -np.mean(np.where(yte == "malignant", np.log(p), np.log(1 - p)))
         assert r["log_loss"] < base, (r, base)
+        q = np.mean(yte == "malignant")  # the JSON's base: the held-out rows' own rate
+        assert abs(r["base_log_loss"] + q * np.log(q) + (1 - q) * np.log(1 - q)) < 1e-3, r
         got.append(r["auc"])
     assert np.mean(got) >= np.mean(reference) - 0.01, (got, reference)
 
@@ -93,6 +95,7 @@ def mlp_against_scikit_learn(tmp_path, X, labels, header, folds):
             scaler.transform(Xte))))
         r = result(launch(tmp_path, "--model", "mlp", "--schema", "auto"))
         assert r["test_examples"] == len(yte), r
+        assert 0 < r["macro_f1"] <= 1 and "auc" not in r, r
         got.append(r["test_accuracy"])
     return got, reference
 
@@ -147,6 +150,36 @@ def test_a_linear_regression_on_a_numeric_target_matches_ridge(tmp_path):
     r = result(launch(tmp_path, "--model", "linear", "--schema", "auto", "--label",
                       "progression"))
     assert r["rmse"] <= 1.05 * reference[-1], (r, reference)
+
+
+def test_a_checkpoint_holds_its_transform_and_a_restore_over_other_statistics_is_refused(
+        tmp_path):
+    """The schema and the training rows' statistics are saved in the manifest; a restore whose
+    data gives the same ones trains on, one whose statistics differ is refused naming where."""
+    header = ["bought", "city", "device", "visits", "spend"]
+    rows = shoppers(600, 4)
+    write_csv(tmp_path / "train.csv", header, rows)
+    write_csv(tmp_path / "test.csv", header, rows[:100])
+    ckpt = tmp_path / "ckpt"
+    first = result(launch(tmp_path, "--model", "linear", "--schema", "auto", "--epochs", "2",
+                          "--checkpoint_dir", str(ckpt)))
+    manifests = sorted(ckpt.glob("ckpt-*/manifest.json"))
+    assert manifests, list(ckpt.iterdir())
+    features = json.loads(manifests[-1].read_text())["features"]
+    assert features["schema"]["label"] == "bought", features
+    assert features["stats"]["rows"] == 600, features
+    again = result(launch(tmp_path, "--model", "linear", "--schema", "auto", "--epochs", "2",
+                          "--restore_from", str(ckpt)))
+    assert again["auc"] >= first["auc"] - 0.02, (first, again)
+    write_csv(tmp_path / "train.csv", header, shoppers(600, 5))
+    refused(launch(tmp_path, "--model", "linear", "--schema", "auto", "--restore_from",
+                   str(ckpt)), "was trained through another transform", "statistics differ at /")
+    # The same model over a file's columns as they are (numbers, no header, the label first).
+    for name in ("train.csv", "test.csv"):
+        (tmp_path / name).write_text("".join("%d,%d,%.1f\n" % (i % 2, i % 7, i / 3.0)
+                                             for i in range(200)))
+    refused(launch(tmp_path, "--model", "linear", "--restore_from", str(ckpt)),
+            "through a schema (--schema)")
 
 
 def shoppers(rows, seed):

@@ -43,6 +43,7 @@ absl::Status WriteManifest(const std::string& dir, const Manifest& m) {
     j["tables"].push_back({{"name", name}, {"dim", dim}});
   }
   if (!m.ledger.is_null()) j["ledger"] = m.ledger;
+  if (!m.signature.features.is_null()) j["features"] = m.signature.features;
   return WriteFileAtomically(dir + "/" + kManifestName, j.dump(2) + "\n");
 }
 
@@ -206,6 +207,14 @@ absl::Status ParseManifest(const Fields& f, const nlohmann::json& j, Manifest* m
   if (j.contains("ledger")) {
     if (!j["ledger"].is_object()) return f.Bad("ledger", j["ledger"], "not an object");
     m->ledger = j["ledger"];
+  }
+  if (j.contains("features")) {
+    const nlohmann::json& features = j["features"];
+    if (!features.is_object() || !features.contains("schema") || !features.contains("stats") ||
+        !features["schema"].is_object() || !features["stats"].is_object()) {
+      return f.Bad("features", features, "not an object of a schema and its statistics");
+    }
+    m->signature.features = features;
   }
   return absl::OkStatus();
 }

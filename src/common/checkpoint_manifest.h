@@ -22,6 +22,10 @@ inline constexpr char kManifestName[] = "manifest.json";
 struct ModelSignature {
   std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
   std::vector<std::pair<std::string, int>> tables;
+  // A built-in model trained through feature columns: {"schema": ..., "stats": ...}, the
+  // schema and the training rows' statistics (docs/features.md), so that a restore reads its
+  // data through the same transform. Null: the model read its data's columns as they are.
+  nlohmann::json features;
 };
 
 struct Manifest {

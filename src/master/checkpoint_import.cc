@@ -306,6 +306,25 @@ absl::Status CheckSignature(const LoadedCheckpoint& ckpt, const ModelSignature& 
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", ckpt.path, " is of another model: ", parts...));
   };
+  const nlohmann::json& fa = model.features;
+  const nlohmann::json& fb = ckpt.signature.features;
+  if (fa.is_null() != fb.is_null()) {
+    return fb.is_null() ? bad("it read its data's columns as they are; the model reads them "
+                              "through a schema (--schema)")
+                        : bad("it read its data through a schema (--schema), which the model "
+                              "does not");
+  }
+  for (const char* part : {"schema", "stats"}) {
+    if (fa.is_null() || fa[part] == fb[part]) continue;
+    const nlohmann::json patch = nlohmann::json::diff(fb[part], fa[part]);
+    const std::string where = patch.empty() ? "" : patch[0].value("path", "");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", ckpt.path, " was trained through another ",
+        part == std::string("schema") ? "schema" : "transform: the training rows' statistics",
+        " differ at ", where.empty() ? "/" : where,
+        " (a model restored reads its data as it was trained: the same schema over the same "
+        "training records)"));
+  }
   const auto& a = model.variables;
   const auto& b = ckpt.signature.variables;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {

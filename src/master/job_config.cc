@@ -264,9 +264,11 @@ std::string JobResult::ToJson() const {
   }
   if (!model.empty()) j["model"] = model;
   if (classification || test_accuracy > 0) j["test_accuracy"] = Round(test_accuracy, 4);
+  if (classification) j["macro_f1"] = Round(macro_f1, 4);
   if (binary) {
     j["auc"] = Round(auc, 4);
     j["log_loss"] = Round(log_loss, 4);
+    j["base_log_loss"] = Round(base_log_loss, 4);
   }
   if (regression) {
     j["rmse"] = Round(rmse, 4);

@@ -159,7 +159,7 @@ absl::Status Job::CreateModel(const LoadedCheckpoint* ckpt) {
   ModelJob::RestoreFn restore;
   if (ckpt != nullptr) {
     restore = [this, ckpt](const auto& vars, const auto& defs, std::vector<Placement>* placement) {
-      if (absl::Status s = CheckSignature(*ckpt, SignatureOf(model_job_->model())); !s.ok()) {
+      if (absl::Status s = CheckSignature(*ckpt, model_job_->Signature()); !s.ok()) {
         return s;
       }
       return RestoreParameters(*ckpt, vars, defs, placer_, tables_, ps_addresses_,
@@ -174,7 +174,7 @@ absl::Status Job::CreateModel(const LoadedCheckpoint* ckpt) {
     TrainingSpec spec;
     model_job_->FillSpec(&spec);
     checkpoints_->SetModel({spec.placement().begin(), spec.placement().end()},
-                           SignatureOf(model_job_->model()));
+                           model_job_->Signature());
   }
   WarnIfUnbalanced();
   return absl::OkStatus();

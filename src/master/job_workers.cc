@@ -375,6 +375,8 @@ absl::Status Job::Evaluate(JobResult* result) {
   result->test_accuracy = m->accuracy;
   result->auc = m->auc;
   result->log_loss = m->log_loss;
+  result->base_log_loss = m->base_log_loss;
+  result->macro_f1 = m->macro_f1;
   result->rmse = m->rmse;
   result->mae = m->mae;
   result->test_examples = m->examples;

@@ -208,7 +208,8 @@ struct JobResult {
   bool classification = false, binary = false, regression = false;
   double test_accuracy = 0;
   double auc = 0;
-  double log_loss = 0;
+  double log_loss = 0, base_log_loss = 0;
+  double macro_f1 = 0;
   double rmse = 0, mae = 0;
   int64_t test_examples = 0;
   int64_t bad_lines_skipped = 0;   // malformed data lines skipped, by the workers and the chief

@@ -9,6 +9,7 @@
 #include "common/limits.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "master/checkpoints.h"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -164,6 +165,15 @@ absl::StatusOr<std::unique_ptr<ModelJob>> ModelJob::Prepare(const JobConfig& con
                data->spec().ToString(), data->train_records(), test.size());
   return std::unique_ptr<ModelJob>(
       new ModelJob(config, num_ps, *std::move(data), std::move(tabular), mc, *std::move(model)));
+}
+
+ModelSignature ModelJob::Signature() const {
+  ModelSignature sig = SignatureOf(*model_);
+  if (!schema_json_.empty()) {
+    sig.features = {{"schema", nlohmann::json::parse(schema_json_)},
+                    {"stats", nlohmann::json::parse(stats_json_)}};
+  }
+  return sig;
 }
 
 absl::Status ModelJob::CreateParameters(const OptimizerConfig& optimizer, VariablePlacer* placer,

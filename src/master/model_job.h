@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/checkpoint_manifest.h"
 #include "data/data.h"
 #include "features/features.h"
 #include "master/master.h"
@@ -42,6 +43,9 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
 // Not thread-safe: the chief's job thread uses it.
 class ModelJob {
  public:
+  // The model's variables and tables, and its schema and statistics when it has them: what its
+  // checkpoints say of it.
+  ModelSignature Signature() const;
   // Opens config.data (counting its records) and reads the held-out examples, then builds the
   // model of config.model from the flags and the data's shape (a classifier over a text file
   // reads the training labels for its number of classes). `num_ps` divides the table caps.

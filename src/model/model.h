@@ -225,10 +225,14 @@ class Model {
 struct Metrics {
   int64_t examples = 0;
   double accuracy = 0;  // kClassification
+  double macro_f1 = 0;  // kClassification: the mean F1 of the classes labelled or predicted
   double auc = 0;       // kBinary: area under the ROC curve (ties count half; 0 if one class)
   double log_loss = 0;  // kBinary: mean binary cross-entropy, probabilities clipped to 1e-7
-  double rmse = 0;      // kRegression: root mean squared error
-  double mae = 0;       // kRegression: mean absolute error
+  // kBinary: the log loss of predicting the labels' own positive rate for every row (the
+  // entropy of the labels: a model must do better to beat the prior)
+  double base_log_loss = 0;
+  double rmse = 0;  // kRegression: root mean squared error
+  double mae = 0;   // kRegression: mean absolute error
 };
 // The metrics of `task` for predictions as Predict writes them against `labels`.
 Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,

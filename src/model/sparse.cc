@@ -1,6 +1,7 @@
 // SparseIndex, the sigmoid loss, and the metrics shared by every model.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/metrics.h"
 #include "model/model_internal.h"
@@ -79,8 +80,21 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
   if (n == 0) return m;
   if (task == ModelTask::kClassification) {
     int64_t correct = 0;
-    for (size_t r = 0; r < n; ++r) correct += predictions[r] == labels[r];
+    // Per class: true positives, and rows labelled or predicted it (2 TP + FP + FN).
+    std::map<float, std::pair<int64_t, int64_t>> classes;
+    for (size_t r = 0; r < n; ++r) {
+      const bool right = predictions[r] == labels[r];
+      correct += right;
+      classes[labels[r]].first += right;
+      ++classes[labels[r]].second;
+      ++classes[predictions[r]].second;
+    }
     m.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    double f1 = 0;
+    for (const auto& [c, counts] : classes) {
+      f1 += 2.0 * static_cast<double>(counts.first) / static_cast<double>(counts.second);
+    }
+    m.macro_f1 = f1 / static_cast<double>(classes.size());
     return m;
   }
   if (task == ModelTask::kRegression) {
@@ -95,6 +109,10 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
     return m;
   }
   m.log_loss = LogLoss(predictions, labels);
+  double positives = 0;
+  for (size_t r = 0; r < n; ++r) positives += labels[r] > 0;
+  m.base_log_loss = LogLoss(
+      std::vector<float>(n, static_cast<float>(positives / static_cast<double>(n))), labels);
   m.auc = Auc(predictions, labels);
   return m;
 }
