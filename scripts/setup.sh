@@ -23,7 +23,7 @@ TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
                python3-torch python3-pytest python3-grpcio python3-protobuf
                python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl
                libopenblas0-pthread linux-perf libzmq3-dev clang-14 libclang-rt-14-dev
-               python3-sklearn)
+               python3-sklearn r-cran-mlbench)
 case "$WHAT" in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
   test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

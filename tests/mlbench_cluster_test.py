@@ -1,0 +1,125 @@
+"""Built-in models with default flags (`--schema auto`, nothing else but the label's name) on
+public data sets of Debian's r-cran-mlbench, exported to CSV by R in the test: Sonar (208 rows,
+60 numeric columns), Ionosphere (351 rows, a constant and a binary column among 34) and
+BostonHousing (506 rows, a categorical column, a regression target), each over the same 3 folds
+as scikit-learn's LogisticRegression or Ridge on the standardized (numbers) and one-hot
+(categories) columns.
+"""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tabular_cluster_test import launch, result  # noqa: E402
+
+pytest.importorskip("sklearn")  # a test package of scripts/setup.sh
+from sklearn.linear_model import LogisticRegression, Ridge  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+from sklearn.model_selection import KFold, StratifiedKFold  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
+
+
+def export(tmp_path, name):
+    """The mlbench data set `name` as CSV (R's write.csv: a header, strings quoted, NA for a
+    missing value): (header, rows)."""
+    assert shutil.which("Rscript"), "Rscript is missing: scripts/setup.sh test installs it"
+    path = tmp_path / ("%s.csv" % name)
+    subprocess.run(["Rscript", "-e", "library(mlbench); data(%s); write.csv(%s, '%s', "
+                    "row.names = FALSE)" % (name, name, path)], check=True, timeout=120,
+                   capture_output=True)
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def reference_inputs(header, rows, label, train, test):
+    """Numbers standardized, other columns (factors, which R quotes) one-hot, as a textbook
+    model reads them."""
+    features = [i for i in range(len(header)) if header[i] != label]
+
+    def number(i):
+        try:
+            [float(r[i]) for r in rows]
+        except ValueError:
+            return False
+        return len({r[i] for r in rows}) > 2
+    nums = [i for i in features if number(i)]
+    cats = [i for i in features if i not in nums]
+    n = np.array([[float(r[i]) for i in nums] for r in rows])
+    parts = [StandardScaler().fit(n[train])]
+    out = [parts[0].transform(n[train]), parts[0].transform(n[test])]
+    if cats:
+        c = np.array([[r[i] for i in cats] for r in rows])
+        onehot = OneHotEncoder(handle_unknown="ignore").fit(c[train])
+        out = [np.hstack([out[0], onehot.transform(c[train]).toarray()]),
+               np.hstack([out[1], onehot.transform(c[test]).toarray()])]
+    return out
+
+
+def folds(tmp_path, header, rows, label, stratified):
+    y = np.array([r[header.index(label)] for r in rows])
+    split = (StratifiedKFold(3, shuffle=True, random_state=7).split(rows, y) if stratified
+             else KFold(3, shuffle=True, random_state=7).split(rows))
+    for train, test in split:
+        for name, idx in (("train", train), ("test", test)):
+            with open(tmp_path / ("%s.csv" % name), "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(header)
+                w.writerows(rows[k] for k in idx)
+        yield train, test, y
+
+
+# `calibrated`: the models whose mean log loss is below the base rate's. The others rank as well
+# (AUC) but end overconfident on a few hundred rows after 100 epochs (over 5 folds: Sonar's
+# linear model 0.57 against 0.69, Wide & Deep 0.77 on Sonar and 0.56 against 0.65 on
+# Ionosphere, single folds above 1), with no early stopping or regularization by default yet.
+@pytest.mark.parametrize("name,label,models,calibrated", [
+    ("Sonar", "Class", ["linear", "wide_deep"], []),
+    ("Ionosphere", "Class", ["linear", "wide_deep"], ["linear"]),
+])
+def test_binary_models_with_default_flags_match_logistic_regression(tmp_path, name, label,
+                                                                    models, calibrated):
+    header, rows = export(tmp_path, name)
+    got, reference = {m: [] for m in models}, []
+    log_loss, base = {m: [] for m in models}, []
+    for train, test, y in folds(tmp_path, header, rows, label, True):
+        a, b = reference_inputs(header, rows, label, train, test)
+        positive = sorted(set(y))[1]  # pstrain's class 1: the second in byte order
+        lr = LogisticRegression(max_iter=2000).fit(a, y[train])
+        scores = lr.predict_proba(b)[:, list(lr.classes_).index(positive)]
+        reference.append(roc_auc_score(y[test] == positive, scores))
+        for m in models:
+            r = result(launch(tmp_path, "--model", m, "--schema", "auto", "--label", label))
+            assert r["test_examples"] == len(test), r
+            got[m].append(r["auc"])
+            log_loss[m].append(r["log_loss"])
+        base.append(r["base_log_loss"])
+    for m in models:
+        assert np.mean(got[m]) >= np.mean(reference) - 0.01, (m, got[m], reference)
+    for m in calibrated:
+        assert np.mean(log_loss[m]) < np.mean(base), (m, log_loss[m], base)
+
+
+def test_every_model_regresses_boston_housing_within_five_percent_of_ridge(tmp_path):
+    """medv (median value, 5..50) from 13 columns, chas a quoted factor: linear within 5% of
+    Ridge's RMSE; the MLP and Wide & Deep, which bend the numbers, as close or closer."""
+    header, rows = export(tmp_path, "BostonHousing")
+    models = ["linear", "mlp", "wide_deep"]
+    got, reference = {m: [] for m in models}, []
+    for train, test, y in folds(tmp_path, header, rows, "medv", False):
+        a, b = reference_inputs(header, rows, "medv", train, test)
+        target = y.astype(float)
+        error = Ridge(alpha=1.0).fit(a, target[train]).predict(b) - target[test]
+        reference.append(np.sqrt(np.mean(error ** 2)))
+        for m in models:
+            r = result(launch(tmp_path, "--model", m, "--schema", "auto", "--label", "medv"))
+            assert r["test_examples"] == len(test) and 0 < r["mae"] <= r["rmse"], r
+            got[m].append(r["rmse"])
+    for m in models:
+        assert np.mean(got[m]) <= 1.05 * np.mean(reference), (m, got[m], reference)
