@@ -1,7 +1,8 @@
 // The trainer's push path with tags (PsClient and TableClient, as ParameterSession uses them)
 // against a real PS behind gRPC on 127.0.0.1: every request of a tagged push carries the tag,
-// so the same batch pushed again is dropped by the PS (counted) and applied once; a tagged
-// table push that would need two requests to one PS is refused before anything is sent.
+// so the same batch pushed again is dropped by the PS (counted) and applied once, even a batch
+// with no key on the PS; a tagged table push that would need two requests to one PS is refused
+// before anything is sent.
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,22 @@ TEST_F(WorkerTaggedPushTest, ATablePushOfABatchAgainIsDroppedByThePs) {
   ASSERT_TRUE(client.Lookup(keys, &rows).ok());
   EXPECT_FLOAT_EQ(rows[0][0], 0.5f - 0.1f);
   EXPECT_FLOAT_EQ(rows[0][2], 0.5f - 0.2f);
+}
+
+// A batch with no key of a table on a PS still moves that table part's watermark there (the
+// chief's final check wants every batch of a task on every part): a second copy is a duplicate.
+TEST_F(WorkerTaggedPushTest, ATaggedTablePushWithNoKeysStillReachesThePs) {
+  TableClient client({address_}, {{"emb", 2}}, ps_testing::Worker(0), absl::Seconds(10));
+  const std::vector<std::vector<uint64_t>> keys = {{}};
+  std::vector<std::vector<float>> rows;
+  ASSERT_TRUE(client.Lookup(keys, &rows).ok());
+  const PushTag tag = Tag(0);
+  const std::vector<std::vector<float>> grads = {{}};
+  ASSERT_TRUE(client.Push(keys, grads, false, nullptr, &tag).ok());
+  ASSERT_TRUE(client.Push(keys, grads, false, nullptr, &tag).ok());
+  EXPECT_EQ(Duplicates(), 1);
+  ASSERT_TRUE(client.Push(keys, grads).ok());  // untagged and empty: nothing to send
+  EXPECT_EQ(Duplicates(), 1);
 }
 
 TEST_F(WorkerTaggedPushTest, ATaggedTablePushNeedingTwoRequestsToAPsIsRefused) {

@@ -294,11 +294,10 @@ absl::Status Client::Impl::PushSparse(const std::vector<std::vector<uint64_t>>& 
   absl::StatusOr<std::optional<PushTag>> tag = TagFor(Pushed::kSparse);
   if (!tag.ok()) return tag.status();
   int stale = 0;
-  // Sync: every PS takes part in every table's step, so each gets this worker's gradient. A
-  // tagged push reaches every table part too, with no keys where the batch has none: the
-  // chief's final check wants every batch's watermark on every part.
-  const bool every_ps = mode_ == "sync" || tag->has_value();
-  if (absl::Status s = session_->PushSparse(keys, grads, every_ps, &stale, *tag ? &**tag : nullptr);
+  // Sync: every PS takes part in every table's step, so each gets this worker's gradient (a
+  // tagged push reaches every table part whatever the mode).
+  if (absl::Status s =
+          session_->PushSparse(keys, grads, mode_ == "sync", &stale, *tag ? &**tag : nullptr);
       !s.ok()) {
     return AbandonIfRolledBack(std::move(s));
   }

@@ -49,9 +49,10 @@ class TableClient {
 
   // Pushes gradient rows: grads[t] holds keys[t].size() * dim floats. A key repeated within
   // keys[t] has its rows summed before sending (the PS refuses duplicates). Each table's part on
-  // a PS is tagged with the version the last Lookup read there. With `every_ps` (sync mode)
-  // every PS gets a request naming every table, even with no keys, so that every table's step
-  // counts this worker's gradient. A table's keys on one PS that need several requests (past
+  // a PS is tagged with the version the last Lookup read there. With `every_ps` (sync mode) or
+  // a `tag`, every PS gets a request naming every table, even with no keys, so that every
+  // table's step counts this worker's gradient and every table part's task watermark advances
+  // with every batch. A table's keys on one PS that need several requests (past
   // the limits) arrive there as several updates. *stale_dropped, if given, counts tables the PS
   // dropped as stale. Untagged, never sent twice. With `tag` every request carries it and one
   // that failed with UNAVAILABLE is sent again (a PS drops a second copy of a tagged batch); a

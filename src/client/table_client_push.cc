@@ -71,7 +71,9 @@ absl::Status TableClient::Impl::Push(const std::vector<std::vector<uint64_t>>& k
     }
     GroupByPs(t, push_keys_[t], distinct);
   }
-  Plan(/*every_table=*/every_ps);
+  // A tagged push reaches every table part too, with no keys where the batch has none: a table
+  // part's task watermark must advance with every batch of its task.
+  Plan(/*every_table=*/every_ps || tag != nullptr);
   if (tag != nullptr) {
     for (size_t i = 1; i < parts_.size(); ++i) {
       const Part& p = parts_[i];

@@ -29,11 +29,11 @@ StepPushResult ComputeAndPush(Model& model, const ModelInputs& in, const Example
                               const std::vector<std::vector<uint64_t>>& keys, ModelGrads* grads,
                               ParameterSession& params, const StepPushOptions& options) {
   StepPushResult r;
-  // Sync steps and tagged pushes reach every PS for every table, keys or none: a step counts
-  // every worker, and a table part's task watermark must advance with every batch of its task.
+  // Sync steps reach every PS for every table, keys or none: a step counts every worker (the
+  // table client does the same for tagged pushes).
   auto write = [&] {
-    return params.Write(keys, grads->params, grads->rows, options.sync || options.tag != nullptr,
-                        &r.stale_dropped, options.tag);
+    return params.Write(keys, grads->params, grads->rows, options.sync, &r.stale_dropped,
+                        options.tag);
   };
   // The plain push: every gradient checked, then one Write from this thread.
   auto plain_push = [&] {
