@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/moments.h"
 #include "features/features.h"
 #include "features/field.h"
 #include "nlohmann/json.hpp"
@@ -43,28 +44,6 @@ bool IsUtf8(const std::string& text) {
     return false;
   }
 }
-
-// Mean and variance in one pass (Welford), with the range. In long double: a square of a
-// double near its largest overflows a double.
-struct Moments {
-  int64_t n = 0;
-  long double mean = 0, m2 = 0, min = 0, max = 0;
-  void Add(double x) {
-    if (n == 0) min = max = x;
-    min = std::min<long double>(min, x);
-    max = std::max<long double>(max, x);
-    ++n;
-    const long double d = x - mean;
-    mean += d / n;
-    m2 += d * (x - mean);
-  }
-  // As a double, at most the largest one.
-  double stddev() const {
-    if (n == 0) return 0;
-    return static_cast<double>(
-        std::min<long double>(std::sqrt(m2 / n), std::numeric_limits<double>::max()));
-  }
-};
 
 // The label's classes: when every value is a number, one class per number (the first text of
 // it in byte order names it: "1" and "1.0" are one class) in numeric order; otherwise the texts

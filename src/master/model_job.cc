@@ -7,6 +7,7 @@
 #include "client/session.h"
 #include "common/initializer_def.h"
 #include "common/limits.h"
+#include "common/moments.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "master/checkpoints.h"
@@ -52,14 +53,11 @@ absl::Status CheckModelFitsSchema(const ModelConfig& mc) {
 
 // A regression over `train`: its labels' mean and standard deviation.
 void LabelMoments(const Examples& train, ModelConfig* mc) {
-  double sum = 0, squares = 0;
-  for (float l : train.labels) sum += l;
-  const double n = std::max<double>(1, static_cast<double>(train.size()));
-  const double mean = sum / n;
-  for (float l : train.labels) squares += (l - mean) * (l - mean);
+  Moments m;
+  for (float l : train.labels) m.Add(l);
   mc->regression = true;
-  mc->label_mean = mean;
-  mc->label_stddev = std::sqrt(squares / n);
+  mc->label_mean = static_cast<double>(m.mean);
+  mc->label_stddev = m.stddev();
 }
 
 }  // namespace

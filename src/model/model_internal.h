@@ -43,6 +43,7 @@ float Sigmoid(float x);
 class OutputHead {
  public:
   explicit OutputHead(const ModelConfig& c);
+  bool regression() const { return regression_; }
   ModelTask task() const { return regression_ ? ModelTask::kRegression : ModelTask::kBinary; }
   // The mean loss of `outputs` against `labels`; d(mean loss)/d(output) into *doutputs.
   float Loss(const std::vector<float>& outputs, const float* labels, std::vector<float>* doutputs);

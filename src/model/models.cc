@@ -12,11 +12,10 @@ namespace {
 // standardized label by squared error) of the dense features; no tables.
 class MlpModel final : public Model {
  public:
-  MlpModel(std::vector<int> widths, const ModelConfig& c)
-      : mlp_(std::move(widths)), regression_(c.regression), head_(c) {}
+  MlpModel(std::vector<int> widths, const ModelConfig& c) : mlp_(std::move(widths)), head_(c) {}
 
   ModelTask task() const override {
-    return regression_ ? ModelTask::kRegression : ModelTask::kClassification;
+    return head_.regression() ? ModelTask::kRegression : ModelTask::kClassification;
   }
   const std::vector<ParamSpec>& params() const override { return mlp_.params(); }
   const std::vector<TableSpec>& tables() const override { return no_tables_; }
@@ -28,7 +27,7 @@ class MlpModel final : public Model {
   float ForwardBackward(const ModelInputs& in, const Examples& batch, ModelGrads* g,
                         const GradientsReady& ready) override {
     g->rows.clear();
-    if (regression_) {
+    if (head_.regression()) {
       const std::vector<float>& t = head_.Targets(batch.labels.data(), batch.labels.size());
       return mlp_.ForwardBackwardSquaredError(in.params, Dense(batch), t.data(), &g->params, ready);
     }
@@ -37,7 +36,7 @@ class MlpModel final : public Model {
   }
 
   void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) override {
-    if (regression_) {
+    if (head_.regression()) {
       mlp_.Outputs(in.params, Dense(batch), out);
       for (float& v : *out) v = head_.Prediction(v);
       return;
@@ -52,7 +51,6 @@ class MlpModel final : public Model {
   }
 
   Mlp mlp_;
-  const bool regression_;
   OutputHead head_;
   const std::vector<TableSpec> no_tables_;
   const std::vector<std::vector<uint64_t>> no_keys_;

@@ -111,8 +111,9 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
   m.log_loss = LogLoss(predictions, labels);
   double positives = 0;
   for (size_t r = 0; r < n; ++r) positives += labels[r] > 0;
-  m.base_log_loss = LogLoss(
-      std::vector<float>(n, static_cast<float>(positives / static_cast<double>(n))), labels);
+  // Predicting the rows' own positive rate p for every row costs their entropy.
+  const double p = std::clamp(positives / static_cast<double>(n), 1e-7, 1.0 - 1e-7);
+  m.base_log_loss = -(p * std::log(p) + (1.0 - p) * std::log(1.0 - p));
   m.auc = Auc(predictions, labels);
   return m;
 }
