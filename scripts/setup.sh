@@ -18,7 +18,7 @@ DEMO_PACKAGES=(build-essential cmake pkg-config
                libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
                libeigen3-dev libabsl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev
                pybind11-dev python3-dev python3-numpy npm libcpp-httplib-dev libssl-dev
-               libxxhash-dev libucx-dev libopenblas-dev)
+               libxxhash-dev libucx-dev libopenblas-dev libyaml-cpp-dev)
 TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev dataset-fashion-mnist
                python3-torch python3-pytest python3-grpcio python3-protobuf
                python3-grpc-tools python3-yaml prometheus chromium iproute2 openssl

@@ -1,5 +1,5 @@
-// Feature columns: a schema read from JSON with every mistake named, statistics from one pass
-// over rows, the transform of a row against hand-computed values, and a schema inferred.
+// Feature columns: a schema read from JSON or YAML with every mistake named, statistics from one
+// pass over rows, the transform of a row against hand-computed values, and a schema inferred.
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -82,6 +82,66 @@ TEST(FeatureSchemaTest, ReadsEveryKindOfColumnAndWritesItBackTheSame) {
   EXPECT_THAT(s.crosses[0].columns, ElementsAre("sex", "code"));
   const Schema again = Parse(s.ToJson());
   EXPECT_EQ(again.ToJson(), s.ToJson());
+}
+
+// The same schema in YAML reads as in JSON; quoted scalars stay strings, plain ones are numbers
+// and booleans, and what YAML cannot parse or JSON's reader refuses is named with its place.
+TEST(FeatureSchemaTest, AYamlSchemaReadsAsItsJson) {
+  absl::StatusOr<Schema> yaml = Schema::FromYaml(R"(# the survey's columns
+label: "y"
+task: classification
+columns:
+  - {name: age, type: numeric, normalizer: minmax, missing_indicator: true}
+  - name: "1990"            # quoted: a name, not a number
+    type: bucketized
+    buckets: 4
+  - name: code
+    type: categorical
+    encoding: identity
+    num_ids: 41
+    embedding_dim: 4
+crosses:
+  - columns: [age_b, code]
+    hash_buckets: 100
+)",
+                                                 "schema.yaml");
+  EXPECT_FALSE(yaml.ok());  // age_b is not a column
+  EXPECT_THAT(yaml.status().message(), HasSubstr("schema.yaml: crosses[0]: no column \"age_b\""));
+  yaml = Schema::FromYaml(R"(
+label: y
+columns:
+  - {name: age, type: numeric, normalizer: minmax, missing_indicator: true}
+  - {name: "1990", type: bucketized, buckets: 4}
+  - {name: code, type: categorical, encoding: identity, num_ids: 41, embedding_dim: 4}
+crosses: [{columns: ["1990", code], hash_buckets: 100}]
+)",
+                          "schema.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  const Schema json = Parse(R"({"label": "y", "columns": [
+      {"name": "age", "type": "numeric", "normalizer": "minmax", "missing_indicator": true},
+      {"name": "1990", "type": "bucketized", "buckets": 4},
+      {"name": "code", "type": "categorical", "encoding": "identity", "num_ids": 41,
+       "embedding_dim": 4}],
+      "crosses": [{"columns": ["1990", "code"], "hash_buckets": 100}]})");
+  EXPECT_EQ(yaml->ToJson(), json.ToJson());
+
+  auto error = [](absl::string_view text) {
+    absl::StatusOr<Schema> s = Schema::FromYaml(text, "schema.yaml");
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    return std::string(s.status().message());
+  };
+  EXPECT_THAT(error("label: y\ncolumns: [{name: a}\n"),
+              HasSubstr("schema.yaml: not valid YAML at line "));
+  EXPECT_THAT(error("label: y\nlabel: z\ncolumns: [{name: a}]\n"),
+              HasSubstr("key \"label\" is given twice"));
+  EXPECT_THAT(error("label: y\ncolumns: [{name: a, missing_indicator: \"true\"}]\n"),
+              HasSubstr("\"missing_indicator\" must be true or false"));
+  EXPECT_THAT(error("label: y\ncolumns: [{name: a, type: categorical, encoding: hash, "
+                    "hash_buckets: \"8\"}]\n"),
+              HasSubstr("\"hash_buckets\" must be an integer"));
+  EXPECT_THAT(error("- label\n- y\n"), HasSubstr("schema.yaml: must be an object"));
+  EXPECT_THAT(error(std::string(200, '[') + std::string(200, ']')),
+              HasSubstr("schema.yaml line 1, column 34: nested deeper than 32 levels"));
 }
 
 TEST(FeatureSchemaTest, EveryMistakeIsNamed) {

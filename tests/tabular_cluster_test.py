@@ -203,9 +203,9 @@ def shoppers(rows, seed):
 
 def test_string_categorical_columns_train_with_an_inferred_and_a_written_schema(tmp_path):
     """Cities and devices as strings: the linear model and wide_deep train on them with the
-    inferred schema and with a hand-written one (the spend's log, a device hashed), within 0.01
-    AUC of a logistic regression on their one-hot codes and the standardized numbers; the MLP,
-    which reads them one-hot, within 0.01 of its accuracy."""
+    inferred schema and with a hand-written one (the spend's log, a device hashed; in YAML and
+    in JSON), within 0.01 AUC of a logistic regression on their one-hot codes and the
+    standardized numbers; the MLP, which reads them one-hot, within 0.01 of its accuracy."""
     header = ["bought", "city", "device", "visits", "spend"]
     train, test = shoppers(8000, 1), shoppers(4000, 2)
     write_csv(tmp_path / "train.csv", header, train)
@@ -230,8 +230,23 @@ def test_string_categorical_columns_train_with_an_inferred_and_a_written_schema(
                      "hash_buckets": 64},
                     {"name": "visits", "type": "numeric", "normalizer": "standardize"},
                     {"name": "spend", "type": "numeric", "normalizer": "log1p"}]}))
-    for model, schema in (("linear", "auto"), ("linear", str(written)), ("wide_deep", "auto"),
-                          ("mlp", "auto"), ("mlp", str(written))):
+    # The same schema as a user writes it in YAML.
+    written_yaml = tmp_path / "schema.yaml"
+    written_yaml.write_text("""# what a shopper bought
+label: bought
+task: classification
+columns:
+  - {name: city, type: categorical, encoding: vocabulary}
+  - {name: device, type: categorical, encoding: hash, hash_buckets: 64}
+  - name: visits
+    type: numeric
+    normalizer: standardize
+  - name: spend
+    type: numeric
+    normalizer: log1p
+""")
+    for model, schema in (("linear", "auto"), ("linear", str(written_yaml)),
+                          ("wide_deep", "auto"), ("mlp", "auto"), ("mlp", str(written))):
         got = result(launch(tmp_path, "--model", model, "--schema", schema))
         assert got["test_examples"] == len(test), got
         if model == "mlp":  # a classifier of any number of classes: its accuracy
@@ -263,6 +278,17 @@ def test_every_bad_input_of_a_schema_is_refused_naming_what_is_wrong(tmp_path):
             "--schema %s: cannot open" % (tmp_path / "none.json"))
     schema.write_text('{"label": "bought", "colums": []}')
     refused(launch(tmp_path, "--model", "linear", "--schema", str(schema)), "colums")
+    schema.write_text('label: bought\ncolumns: [{name: city}]\n')
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(schema)),
+            "--schema %s: not valid JSON" % schema, "*.yaml or *.yml")
+    yaml_schema = tmp_path / "schema.yaml"
+    yaml_schema.write_text('label: bought\ncolumns: [{name: city, type: categorical}\n')
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(yaml_schema)),
+            "--schema %s: not valid YAML at line 3, column 1" % yaml_schema)
+    yaml_schema.write_text('label: bought\ncolumns: [{name: city, type: categorical}]\n'
+                           'label: city\n')
+    refused(launch(tmp_path, "--model", "linear", "--schema", str(yaml_schema)),
+            'key "label" is given twice')
     # A test file with a class the training rows never had, at its line and column.
     write_csv(tmp_path / "test.csv", header, rows[:5] + [("maybe",) + rows[5][1:]] + rows[6:20])
     refused(launch(tmp_path, "--model", "linear", "--schema", "auto"),

@@ -78,6 +78,10 @@ struct Schema {
   // naming `source` and the field at fault: an unknown key or value, a missing name, a column
   // named twice, a cross of an unknown or numeric column, a hash or id count out of range.
   static absl::StatusOr<Schema> FromJson(absl::string_view text, absl::string_view source);
+  // The same layout in YAML (1.2's core schema: a plain true/false is a boolean, a plain number
+  // a number, null or ~ nothing, anything quoted a string). A document that is not YAML is
+  // refused naming its line and column (from 1).
+  static absl::StatusOr<Schema> FromYaml(absl::string_view text, absl::string_view source);
   std::string ToJson() const;  // FromJson(ToJson()) gives the same schema
 };
 

@@ -11,8 +11,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "features/features.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace pstrain::features_internal {
+
+// Schema::FromJson and Schema::FromYaml past their parsers: the schema of a parsed document.
+absl::StatusOr<Schema> SchemaOfJson(const nlohmann::json& j, absl::string_view source);
 
 // The field's number (surrounding spaces ignored), or nullopt when it is not a finite number.
 std::optional<double> ParseNumber(absl::string_view field);

@@ -47,7 +47,7 @@ class Reader {
   Reader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
 
   absl::Status Check() const {
-    if (!object_.is_object()) return Bad("must be a JSON object");
+    if (!object_.is_object()) return Bad("must be an object (a map of keys)");
     return absl::OkStatus();
   }
   absl::Status Bad(absl::string_view what) const {
@@ -197,6 +197,11 @@ absl::StatusOr<Schema> Schema::FromJson(absl::string_view text, absl::string_vie
   if (j.is_discarded()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
   }
+  return features_internal::SchemaOfJson(j, source);
+}
+
+absl::StatusOr<Schema> features_internal::SchemaOfJson(const nlohmann::json& j,
+                                                       absl::string_view source) {
   Reader r(j, std::string(source));
   if (absl::Status s = r.Check(); !s.ok()) return s;
   Schema schema;

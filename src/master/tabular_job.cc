@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "master/model_job.h"
@@ -29,7 +30,16 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
   if (config.schema != kInferredSchema) {
     absl::StatusOr<std::string> text = ReadSchemaFile(config.schema);
     if (!text.ok()) return text.status();
-    return Schema::FromJson(*text, absl::StrCat("--schema ", config.schema));
+    const std::string source = absl::StrCat("--schema ", config.schema);
+    if (absl::EndsWith(config.schema, ".yaml") || absl::EndsWith(config.schema, ".yml")) {
+      return Schema::FromYaml(*text, source);
+    }
+    absl::StatusOr<Schema> schema = Schema::FromJson(*text, source);
+    if (!schema.ok() && absl::StrContains(schema.status().message(), "not valid JSON")) {
+      return InvalidArgument(schema.status().message(),
+                             " (a schema in YAML is read from a file named *.yaml or *.yml)");
+    }
+    return schema;
   }
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
