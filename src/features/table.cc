@@ -2,6 +2,7 @@
 // its training rows, and its rows as a model's inputs.
 #include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,21 @@ TextOptions RowsOf(TextOptions options) {
   return options;
 }
 
-std::string Where(const std::string& path, int64_t line) { return absl::StrCat(path, ":", line); }
+// "path:line" of each row, in one buffer reused from row to row: a row's errors name it, and
+// most rows have none, so no row pays for a string of its own.
+class RowPlace {
+ public:
+  explicit RowPlace(const std::string& path) : text_(path + ":"), prefix_(text_.size()) {}
+  const std::string& At(int64_t line) {
+    text_.resize(prefix_);
+    absl::StrAppend(&text_, line);
+    return text_;
+  }
+
+ private:
+  std::string text_;
+  size_t prefix_;
+};
 
 // Builds what `create` makes of the header (a SchemaInferrer or a StatsBuilder) from the rows
 // of records [1, options.end_record) of `path`, and returns its Finish(); errors name the file.
@@ -29,10 +44,11 @@ auto OnePass(const std::string& path, char delimiter, const TextOptions& options
   if (!builder.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", builder.status().message()));
   }
+  RowPlace place(path);
   absl::StatusOr<int64_t> read =
       ForEachCsvRecord(path, delimiter, RowsOf(options),
                        [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
-                         return builder->Add(fields, Where(path, line));
+                         return builder->Add(fields, place.At(line));
                        });
   if (!read.ok()) return read.status();
   auto got = builder->Finish();
@@ -89,10 +105,11 @@ absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::s
                                         char delimiter, const TextOptions& options) {
   Examples out;
   out.dense_dim = transform.shape().dense_features;
+  RowPlace place(path);
   absl::StatusOr<int64_t> skipped = ForEachCsvRecord(
       path, delimiter, RowsOf(options),
       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
-        absl::Status s = transform.Append(fields, Where(path, line), &out);
+        absl::Status s = transform.Append(fields, place.At(line), &out);
         if (s.ok()) out.records.push_back(record);
         return s;
       });
