@@ -142,6 +142,15 @@ crosses: [{columns: ["1990", code], hash_buckets: 100}]
   EXPECT_THAT(error("- label\n- y\n"), HasSubstr("schema.yaml: must be an object"));
   EXPECT_THAT(error(std::string(200, '[') + std::string(200, ']')),
               HasSubstr("schema.yaml line 1, column 34: nested deeper than 32 levels"));
+  // Aliases of aliases: 10^9 values if expanded, refused after a bounded number.
+  std::string laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    absl::StrAppend(&laughs, std::string(1, c), ": &", std::string(1, c), " [");
+    for (int i = 0; i < 10; ++i)
+      absl::StrAppend(&laughs, i ? ", " : "", "*", std::string(1, c - 1));
+    absl::StrAppend(&laughs, "]\n");
+  }
+  EXPECT_THAT(error(laughs), HasSubstr("more than 100000 values (aliases included)"));
 }
 
 TEST(FeatureSchemaTest, EveryMistakeIsNamed) {

@@ -17,8 +17,10 @@ namespace {
 
 using nlohmann::json;
 
-// Deeper than any schema; a bound keeps a hostile document from exhausting the stack here.
+// Deeper and larger than any schema: the bounds keep a hostile document from exhausting the
+// stack here, or memory through aliases of aliases (each alias is its node copied again).
 constexpr int kMaxDepth = 32;
+constexpr int64_t kMaxValues = 100000;
 
 // A plain (unquoted) scalar under YAML 1.2's core schema.
 json PlainScalar(const std::string& text) {
@@ -34,7 +36,8 @@ json PlainScalar(const std::string& text) {
   return text;
 }
 
-absl::Status YamlToJson(const YAML::Node& node, int depth, const std::string& source, json* out) {
+absl::Status YamlToJson(const YAML::Node& node, int depth, const std::string& source,
+                        int64_t* values, json* out) {
   auto where = [&] {
     return absl::StrCat(source, " line ", node.Mark().line + 1, ", column ",
                         node.Mark().column + 1);
@@ -42,6 +45,10 @@ absl::Status YamlToJson(const YAML::Node& node, int depth, const std::string& so
   if (depth > kMaxDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": nested deeper than ", kMaxDepth, " levels"));
+  }
+  if (++*values > kMaxValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": more than ", kMaxValues, " values (aliases included)"));
   }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
@@ -56,7 +63,7 @@ absl::Status YamlToJson(const YAML::Node& node, int depth, const std::string& so
       *out = json::array();
       for (const YAML::Node& item : node) {
         json v;
-        if (absl::Status s = YamlToJson(item, depth + 1, source, &v); !s.ok()) return s;
+        if (absl::Status s = YamlToJson(item, depth + 1, source, values, &v); !s.ok()) return s;
         out->push_back(std::move(v));
       }
       return absl::OkStatus();
@@ -72,7 +79,8 @@ absl::Status YamlToJson(const YAML::Node& node, int depth, const std::string& so
               absl::StrCat(where(), ": key \"", key, "\" is given twice"));
         }
         json v;
-        if (absl::Status s = YamlToJson(kv.second, depth + 1, source, &v); !s.ok()) return s;
+        if (absl::Status s = YamlToJson(kv.second, depth + 1, source, values, &v); !s.ok())
+          return s;
         (*out)[key] = std::move(v);
       }
       return absl::OkStatus();
@@ -94,7 +102,8 @@ absl::StatusOr<Schema> Schema::FromYaml(absl::string_view text, absl::string_vie
   }
   json j;
   try {
-    if (absl::Status s = YamlToJson(root, 0, src, &j); !s.ok()) return s;
+    int64_t values = 0;
+    if (absl::Status s = YamlToJson(root, 0, src, &values, &j); !s.ok()) return s;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(src, ": ", e.what()));
   }
