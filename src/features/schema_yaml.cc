@@ -1,7 +1,7 @@
 // A schema written in YAML: the document becomes the JSON value it spells, then is read as a
 // JSON schema is (one reader, one set of errors). yaml-cpp (Debian's libyaml-cpp-dev) parses.
-#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -31,8 +31,9 @@ json PlainScalar(const std::string& text) {
   if (text == "false" || text == "False" || text == "FALSE") return false;
   int64_t i = 0;
   if (absl::SimpleAtoi(text, &i) && absl::ascii_isdigit(text.back())) return i;
-  double d = 0;
-  if (absl::SimpleAtod(text, &d) && std::isfinite(d) && absl::ascii_isdigit(text.back())) return d;
+  // A finite number that ends in a digit; anything else stays the string it is.
+  std::optional<double> d = features_internal::ParseNumber(text);
+  if (d && absl::ascii_isdigit(text.back())) return *d;
   return text;
 }
 
