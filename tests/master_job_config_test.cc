@@ -125,6 +125,25 @@ TEST(JobConfigTest, TheTaskQueueIsOnByDefaultInEveryModeWithSaneHeartbeats) {
   EXPECT_THAT(Invalid(c), HasSubstr("--rows is for client programs"));
 }
 
+TEST(JobConfigTest, AutoEpochsSeeAnExampleBudgetThatIsSmallerWithADeepPart) {
+  JobConfig c;
+  c.epochs = 7;  // given: kept
+  EXPECT_EQ(c.EpochsFor(10), 7);
+  c.epochs = kAutoEpochs;
+  c.model = "linear";  // 50,000 examples, from 1 to 100 epochs
+  EXPECT_EQ(c.EpochsFor(166), 100);
+  EXPECT_EQ(c.EpochsFor(614), 82);
+  EXPECT_EQ(c.EpochsFor(50000), 1);
+  EXPECT_EQ(c.EpochsFor(10000000), 1);
+  for (const char* deep : {"mlp", "wide_deep"}) {  // 5,000 examples
+    c.model = deep;
+    EXPECT_EQ(c.EpochsFor(10), 100) << deep;
+    EXPECT_EQ(c.EpochsFor(166), 31) << deep;
+    EXPECT_EQ(c.EpochsFor(614), 9) << deep;
+    EXPECT_EQ(c.EpochsFor(5000), 1) << deep;
+  }
+}
+
 TEST(JobConfigTest, AutoTaskRowsAreUpTo200BatchesAnEighthOfAWorkersShareWholeBatches) {
   JobConfig c;
   c.batch_size = 64;

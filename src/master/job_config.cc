@@ -48,8 +48,10 @@ int64_t JobConfig::TaskRows(int64_t rows, int num_workers) const {
 
 int JobConfig::EpochsFor(int64_t rows) const {
   if (epochs != kAutoEpochs) return epochs;
-  return static_cast<int>(std::clamp<int64_t>(
-      CeilDiv(kAutoEpochExamples, std::max<int64_t>(rows, 1)), 1, kMaxAutoEpochs));
+  // A deep part fits a few hundred rows by heart long before a linear model settles on them.
+  const int64_t examples = model == "linear" ? kAutoEpochExamples : kAutoDeepEpochExamples;
+  return static_cast<int>(
+      std::clamp<int64_t>(CeilDiv(examples, std::max<int64_t>(rows, 1)), 1, kMaxAutoEpochs));
 }
 
 absl::Status JobConfig::Validate() const {

@@ -116,9 +116,11 @@ struct JobConfig {
   // ceil(rows / (8 * workers))) rounded up to whole batches, at least one batch.
   int64_t TaskRows(int64_t rows, int num_workers) const;
   // The epochs of a job over `rows` training records: `epochs`, or with kAutoEpochs enough to
-  // see kAutoEpochExamples examples, from 1 to kMaxAutoEpochs.
+  // see kAutoEpochExamples examples (kAutoDeepEpochExamples with a deep part: mlp, wide_deep),
+  // from 1 to kMaxAutoEpochs.
   int EpochsFor(int64_t rows) const;
   static constexpr int64_t kAutoEpochExamples = 50000;
+  static constexpr int64_t kAutoDeepEpochExamples = 5000;
   static constexpr int kMaxAutoEpochs = 100;
   // InvalidArgument naming the first bad setting by its command-line flag ("--lr_step_size must
   // be positive with --lr_schedule step, got 0").
