@@ -18,6 +18,7 @@
 namespace pstrain {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -494,9 +495,10 @@ TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
     std::fputs("y,x,color\nyes,1,red\nno,3,blue\n\nyes,oops,red\nno,5,red\nyes,7,green\n", f);
     std::fclose(f);
   }
-  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, ',');
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, ',');
   ASSERT_TRUE(header.ok()) << header.status();
-  EXPECT_THAT(*header, ElementsAre("y", "x", "color"));
+  EXPECT_THAT(header->names, ElementsAre("y", "x", "color"));
+  EXPECT_TRUE(header->in_file);
   const Schema schema = Parse(R"({"label": "y", "columns": [
       {"name": "x", "type": "numeric", "normalizer": "none"},
       {"name": "color", "type": "categorical"}]})");
@@ -541,6 +543,56 @@ TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
           .message(),
       HasSubstr(path + ": "));
   EXPECT_FALSE(ReadCsvHeader(::testing::TempDir() + "/none.csv", ',').ok());
+}
+
+TEST(FeatureTableTest, AFileWhoseFirstLineIsAllNumbersHasNoHeaderAndColumnsC1ToCn) {
+  const std::string path = ::testing::TempDir() + "/feature_table_headerless.csv";
+  struct Removed {
+    const std::string& path;
+    ~Removed() { std::remove(path.c_str()); }
+  } removed{path};
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    // Record 0 is a row: numbers and a missing value. Categories are integer codes.
+    std::fputs("1,2.5,NA,7\n0,3.5,1,7\n1,4.5,2,8\n0,5.5,1,8\n1,6.5,3,9\n", f);
+    std::fclose(f);
+  }
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, ',');
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_THAT(header->names, ElementsAre("c1", "c2", "c3", "c4"));
+  EXPECT_FALSE(header->in_file);
+  TextOptions all;
+  absl::StatusOr<InferredSchema> inferred = InferCsvSchema(path, ',', "", all);
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->schema.label, "c1");  // the first column, as --data csv: labels
+  const Schema schema = Parse(R"({"label": "c1", "columns": [
+      {"name": "c2", "type": "numeric", "normalizer": "none"}]})");
+  absl::StatusOr<FeatureStats> stats = ComputeCsvStats(schema, path, ',', all);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->rows, 5);  // record 0 included
+  EXPECT_DOUBLE_EQ(stats->columns[0].mean, 4.5);
+  absl::StatusOr<Transform> t = CsvTransform(schema, *stats, path, ',');
+  ASSERT_TRUE(t.ok()) << t.status();
+  TextOptions range;
+  range.end_record = 2;
+  absl::StatusOr<Examples> e = ReadCsvThrough(*t, path, ',', range);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->records, ElementsAre(0, 1));
+  EXPECT_THAT(e->dense, ElementsAre(2.5, 3.5));
+  EXPECT_THAT(e->labels, ElementsAre(1, 0));
+  range.first_record = 3;  // a later range: the same rows as any other
+  range.end_record = 5;
+  e = ReadCsvThrough(*t, path, ',', range);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->records, ElementsAre(3, 4));
+  // A name the file cannot have says why the columns are c1 to c4.
+  EXPECT_THAT(
+      ComputeCsvStats(Parse(R"({"label": "y", "columns": [{"name": "c2", "type": "numeric"}]})"),
+                      path, ',', all)
+          .status()
+          .message(),
+      AllOf(HasSubstr("\"y\""), HasSubstr("no header"), HasSubstr("c1 to c4")));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-"""`pstrain infer-schema --data csv:PATH`: one pass over a CSV file with a header prints a schema
-of feature columns (JSON on stdout, or --out FILE) that reads back as the schema it is, and on
-stderr one "# column: why" line per column. Quoted fields with commas, missing values, string
+"""`pstrain infer-schema --data csv:PATH`: one pass over a CSV file (with a header, or without
+one: columns c1 to cN) prints a schema of feature columns (JSON on stdout, or --out FILE) that
+reads back as the schema it is, and on stderr one "# column: why" line per column. Quoted fields with commas, missing values, string
 and integer-coded columns, identifiers and gzip files go through it; every bad input is refused
 with exit code 2 and a message that names the file, the line or the column.
 """
@@ -78,6 +78,24 @@ def test_the_label_can_be_named_and_a_non_integer_label_is_regression(tmp_path):
     assert kinds(schema) == {"rooms": ("categorical", "vocabulary"),
                              "district": ("categorical", "vocabulary")}
     assert "price (label): numbers that are not all integers: regression" in r.stderr
+
+
+def test_a_file_whose_first_line_is_all_numbers_has_no_header_and_columns_c1_to_cn(tmp_path):
+    """Its first line is a row (a missing value among numbers); the label is the first column,
+    or the one named by its place."""
+    data = tmp_path / "rows.csv"
+    data.write_text("".join("%d,%.2f,NA,%d\n" % (i % 2, 0.5 * i, i % 4) if i == 0 else
+                            "%d,%.2f,%.1f,%d\n" % (i % 2, 0.5 * i, 1.5 * i, i % 4)
+                            for i in range(30)))
+    r = run("--data", "csv:%s" % data)
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(r.stdout)
+    assert schema["label"] == "c1" and schema["task"] == "classification", schema
+    assert set(kinds(schema)) == {"c2", "c3", "c4"}, schema
+    r = run("--data", "csv:%s" % data, "--label", "c3")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["label"] == "c3"
+    assert "c3 (label)" in r.stderr, r.stderr
 
 
 def test_bad_input_is_refused_with_what_is_wrong(tmp_path):

@@ -15,7 +15,7 @@ absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string&
                                      char delimiter) {
   if (!absl::StartsWith(data, "csv:")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--data ", data, ": infer-schema reads csv:PATH (a CSV file with a header)"));
+        absl::StrCat("--data ", data, ": infer-schema reads csv:PATH (a CSV file)"));
   }
   return InferCsvSchema(data.substr(4), delimiter, label, TextOptions{});
 }
@@ -24,11 +24,11 @@ absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string&
 
 InferSchemaCommand::InferSchemaCommand(CLI::App* app)
     : cmd_(app->add_subcommand("infer-schema",
-                               "read a CSV file with a header and print a schema of feature "
+                               "read a CSV file and print a schema of feature "
                                "columns for it, with the reason for each column's kind")) {
   cmd_->add_option("--data", data_,
                    "csv:PATH, a CSV file (plain or gzip) whose first line "
-                   "names the columns")
+                   "names the columns (all numbers: no header, columns c1, c2, ...)")
       ->required();
   cmd_->add_option("--label", label_, "the label column's name (default: the first column)");
   cmd_->add_option("--out", out_, "write the schema to this file instead of stdout");

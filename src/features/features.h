@@ -208,19 +208,25 @@ class SchemaInferrer {
 };
 
 // ---- A CSV table read through a schema: what the chief and the workers train on. ----
-// Record 0 of such a file (its first non-blank line) is the header, the columns' names; the
-// rows follow. Records are counted and ranged as data.h's TextOptions counts them, so a worker
-// reads its range of a large file without splitting the records before it. Errors name the
-// file, line and column.
+// Record 0 of such a file (its first non-blank line) is the header, the columns' names, and the
+// rows follow; a file whose first record is all numbers has no header (the rule `--data csv:`
+// reads by without a schema) and its columns are named c1, c2, ... Records are counted and
+// ranged as data.h's TextOptions counts them, so a worker reads its range of a large file
+// without splitting the records before it. Errors name the file, line and column.
 
-// The column names of the CSV file `path`: its first record. InvalidArgument for an empty file.
-absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, char delimiter);
-// A schema inferred from the rows of records [1, options.end_record) of `path` (SchemaInferrer;
-// a row it refuses stops the pass or is skipped, by options.bad_lines).
+struct CsvHeader {
+  std::vector<std::string> names;
+  bool in_file = true;  // record 0 is the header, not a row
+};
+// The header of the CSV file `path`. InvalidArgument for an empty file.
+absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, char delimiter);
+// A schema inferred from the rows of records [0, options.end_record) of `path` (the header
+// gives none; SchemaInferrer; a row it refuses stops the pass or is skipped, by
+// options.bad_lines).
 absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
                                               absl::string_view label, TextOptions options,
                                               bool integer_codes = true);
-// The statistics of `schema` over the rows of records [1, options.end_record) of `path`.
+// The statistics of `schema` over the rows of records [0, options.end_record) of `path`.
 absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
                                              char delimiter, TextOptions options);
 // The transform of `schema` and `stats` for the CSV file `path` (its header names the columns).

@@ -1,20 +1,31 @@
 // A CSV table read through a schema: its header, a schema inferred from it, the statistics of
 // its training rows, and its rows as a model's inputs.
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "features/features.h"
+#include "features/field.h"
 
 namespace pstrain {
 namespace {
 
-// `options` past the header: record 0 is never a row.
-TextOptions RowsOf(TextOptions options) {
-  options.first_record = std::max<int64_t>(options.first_record, 1);
+// `options` past the header: record 0 is not a row when it is the header.
+TextOptions RowsOf(TextOptions options, const CsvHeader& header) {
+  if (header.in_file) options.first_record = std::max<int64_t>(options.first_record, 1);
   return options;
+}
+
+// What a schema's names were matched against, for an error of a file without a header.
+std::string Named(const CsvHeader& header) {
+  if (header.in_file) return "";
+  return absl::StrCat(
+      " (the file has no header: its first line is all numbers, so its columns "
+      "are named c1 to c",
+      header.names.size(), ")");
 }
 
 // "path:line" of each row, in one buffer reused from row to row: a row's errors name it, and
@@ -33,20 +44,22 @@ class RowPlace {
   size_t prefix_;
 };
 
-// Builds what `create` makes of the header (a SchemaInferrer or a StatsBuilder) from the rows
-// of records [1, options.end_record) of `path`, and returns its Finish(); errors name the file.
+// Builds what `create` makes of the header's names (a SchemaInferrer or a StatsBuilder) from
+// the rows of records [0, options.end_record) of `path`, and returns its Finish(); errors name
+// the file.
 template <typename Create>
 auto OnePass(const std::string& path, char delimiter, const TextOptions& options,
              const Create& create) -> decltype(create({})->Finish()) {
-  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, delimiter);
   if (!header.ok()) return header.status();
-  auto builder = create(*header);
+  auto builder = create(header->names);
   if (!builder.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", builder.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", builder.status().message(), Named(*header)));
   }
   RowPlace place(path);
   absl::StatusOr<int64_t> read =
-      ForEachCsvRecord(path, delimiter, RowsOf(options),
+      ForEachCsvRecord(path, delimiter, RowsOf(options, *header),
                        [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
                          return builder->Add(fields, place.At(line));
                        });
@@ -60,19 +73,30 @@ auto OnePass(const std::string& path, char delimiter, const TextOptions& options
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ReadCsvHeader(const std::string& path, char delimiter) {
-  std::optional<std::vector<std::string>> header;
+absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, char delimiter) {
+  std::optional<CsvHeader> header;
   TextOptions first;
   first.end_record = 1;
   absl::StatusOr<int64_t> read = ForEachCsvRecord(
       path, delimiter, first, [&](const std::vector<absl::string_view>& fields, int64_t, int64_t) {
-        header.emplace(fields.begin(), fields.end());
+        header.emplace();
+        // Rows: numbers and missing values, at least one number.
+        bool numbers = false, rows = true;
+        for (absl::string_view f : fields) {
+          const bool number = features_internal::ParseNumber(f).has_value();
+          numbers |= number;
+          rows &= number || IsMissing(f);
+        }
+        header->in_file = !(rows && numbers);
+        for (size_t i = 0; i < fields.size(); ++i) {
+          header->names.push_back(header->in_file ? std::string(fields[i])
+                                                  : absl::StrCat("c", i + 1));
+        }
         return absl::OkStatus();
       });
   if (!read.ok()) return read.status();
   if (!header.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": empty file (a CSV file with a header naming its columns)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (a CSV file of rows)"));
   }
   return *std::move(header);
 }
@@ -94,10 +118,14 @@ absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::st
 
 absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
                                        char delimiter) {
-  absl::StatusOr<std::vector<std::string>> header = ReadCsvHeader(path, delimiter);
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, delimiter);
   if (!header.ok()) return header.status();
-  absl::StatusOr<Transform> t = Transform::Create(std::move(schema), std::move(stats), *header);
-  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
+  absl::StatusOr<Transform> t =
+      Transform::Create(std::move(schema), std::move(stats), header->names);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", t.status().message(), Named(*header)));
+  }
   return t;
 }
 
@@ -105,9 +133,16 @@ absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::s
                                         char delimiter, const TextOptions& options) {
   Examples out;
   out.dense_dim = transform.shape().dense_features;
+  // Only a range from record 0 asks whether that record is the header.
+  CsvHeader header;
+  if (options.first_record <= 0) {
+    absl::StatusOr<CsvHeader> h = ReadCsvHeader(path, delimiter);
+    if (!h.ok()) return h.status();
+    header.in_file = h->in_file;
+  }
   RowPlace place(path);
   absl::StatusOr<int64_t> skipped = ForEachCsvRecord(
-      path, delimiter, RowsOf(options),
+      path, delimiter, RowsOf(options, header),
       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
         absl::Status s = transform.Append(fields, place.At(line), &out);
         if (s.ok()) out.records.push_back(record);

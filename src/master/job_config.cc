@@ -175,7 +175,7 @@ absl::Status JobConfig::ValidateData() const {
   if (!schema.empty()) {
     for (const std::string* d : {&data, &test_data}) {
       if (!d->empty() && DataSpec::Parse(*d)->format != DataSpec::Format::kCsv) {
-        return InvalidArgument("--schema reads CSV files with a header (csv:PATH), not ", *d);
+        return InvalidArgument("--schema reads CSV files (csv:PATH), not ", *d);
       }
     }
   }

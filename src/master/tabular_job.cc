@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "master/model_job.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace pstrain {
@@ -34,12 +35,12 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
     if (absl::EndsWith(config.schema, ".yaml") || absl::EndsWith(config.schema, ".yml")) {
       return Schema::FromYaml(*text, source);
     }
-    absl::StatusOr<Schema> schema = Schema::FromJson(*text, source);
-    if (!schema.ok() && absl::StrContains(schema.status().message(), "not valid JSON")) {
-      return InvalidArgument(schema.status().message(),
-                             " (a schema in YAML is read from a file named *.yaml or *.yml)");
+    if (!nlohmann::json::accept(*text)) {
+      return InvalidArgument(source,
+                             ": not valid JSON (a schema in YAML is read from a file "
+                             "named *.yaml or *.yml)");
     }
-    return schema;
+    return Schema::FromJson(*text, source);
   }
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
@@ -54,7 +55,7 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
 absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data) {
   if (data.spec().format != DataSpec::Format::kCsv ||
       data.test_spec().format != DataSpec::Format::kCsv) {
-    return InvalidArgument("--schema reads CSV files with a header (csv:PATH); --data is ",
+    return InvalidArgument("--schema reads CSV files (csv:PATH); --data is ",
                            data.spec().ToString());
   }
   TextOptions training;

@@ -137,7 +137,7 @@ void TrainingFlags::AddTo(CLI::App* app) {
                   "held-out data FORMAT:PATH (default: the last --holdout of --data; idx: its "
                   "t10k split)");
   app->add_option("--schema", c.schema,
-                  "feature columns of a CSV file with a header: a schema file (JSON, "
+                  "feature columns of a CSV file: a schema file (JSON or YAML, "
                   "docs/features.md; pstrain infer-schema writes one), or auto to infer one from "
                   "the training records");
   app->add_option("--label", c.label,
