@@ -225,6 +225,14 @@ def feature_seeds():
     write("feature_schema_fuzz", "regression", json.dumps(regression).encode() + SEPARATOR +
           SEPARATOR.join(rows))
     write("feature_schema_fuzz", "schema-only", json.dumps(schema).encode())
+    yaml = ("label: y\ntask: classification\ncolumns:\n"
+            "  - {name: a, type: numeric, normalizer: standardize, missing_indicator: true}\n"
+            "  - name: s\n    type: categorical\n    encoding: vocabulary\n    embedding_dim: 4\n"
+            "  - &h {name: h, type: categorical, encoding: hash, hash_buckets: 16}\n"
+            "  - {name: k, type: bucketized, buckets: 3}\n"
+            "crosses:\n  - {columns: [s, h], hash_buckets: 8}\n")
+    write("feature_schema_yaml_fuzz", "every-kind", yaml)
+    write("feature_schema_yaml_fuzz", "flow", json.dumps(schema))  # JSON is YAML too
 
 
 def text_seeds():

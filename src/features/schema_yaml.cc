@@ -10,6 +10,7 @@
 #include "features/features.h"
 #include "features/field.h"
 #include "nlohmann/json.hpp"
+#include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/yaml.h"
 
 namespace pstrain {
@@ -96,6 +97,10 @@ absl::StatusOr<Schema> Schema::FromYaml(absl::string_view text, absl::string_vie
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {  // its message says "bad file"
+    return absl::InvalidArgumentError(absl::StrCat(src, " line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": nested deeper than ",
+                                                   kMaxDepth, " levels"));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(src, ": not valid YAML at line ",
                                                    e.mark.line + 1, ", column ", e.mark.column + 1,
