@@ -262,6 +262,49 @@ TEST(MlpModelTest, SameAsTheMlp) {
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kClassification, pred, b.labels).accuracy, acc);
 }
 
+TEST(MlpModelTest, TwoClassesGiveTheProbabilityOfClassOneForAucAndLogLoss) {
+  // One layer, no hidden: logits = x W + b, W = [[0, 1]], b = [0.5, 0]; p1 = sigmoid(x - 0.5).
+  ModelConfig c;
+  c.kind = "mlp";
+  c.dense_features = 1;
+  c.hidden.clear();
+  c.num_classes = 2;
+  std::unique_ptr<Model> m = *Model::Create(c);
+  ASSERT_EQ(m->params().size(), 2u);
+  Examples b;
+  b.dense_dim = 1;
+  b.dense = {0.0f, 1.0f, 3.0f, -2.0f};
+  b.sparse_offsets = {0, 0, 0, 0, 0};
+  b.labels = {0, 1, 1, 1};
+  const float kernel[] = {0, 1}, bias[] = {0.5f, 0};
+  ModelInputs in{{kernel, bias}, {}};
+  m->TouchedKeys(b);
+  std::vector<float> classes, p;
+  m->Predict(in, b, &classes);
+  EXPECT_THAT(classes, ElementsAre(0, 1, 1, 0));
+  ASSERT_TRUE(m->ClassOneProbabilities(in, b, &p));
+  ASSERT_EQ(p.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(p[r], 1 / (1 + std::exp(0.5 - b.dense[r])), 1e-6) << r;
+  }
+  // Ranks: the negative (p 0.38) above one positive (p 0.08): 2 of 3 pairs right.
+  const Metrics metrics = Evaluate(m->task(), classes, b.labels, &p);
+  EXPECT_TRUE(metrics.scored);
+  EXPECT_NEAR(metrics.auc, 2.0 / 3, 1e-9);
+  double want = 0;
+  for (int r = 0; r < 4; ++r) want -= std::log(b.labels[r] > 0 ? p[r] : 1 - p[r]);
+  EXPECT_NEAR(metrics.log_loss, want / 4, 1e-6);
+  EXPECT_NEAR(metrics.base_log_loss, -(0.75 * std::log(0.75) + 0.25 * std::log(0.25)), 1e-6);
+  EXPECT_DOUBLE_EQ(metrics.accuracy, 0.75);
+  EXPECT_FALSE(Evaluate(m->task(), classes, b.labels).scored);  // without them: none
+  // Three classes, or a regression: none.
+  c.num_classes = 3;
+  EXPECT_FALSE((*Model::Create(c))->ClassOneProbabilities(in, b, &p));
+  c.num_classes = 0;
+  c.regression = true;
+  EXPECT_FALSE((*Model::Create(c))->ClassOneProbabilities(in, b, &p));
+}
+
 TEST(MetricsTest, AucAndLogLossHandComputed) {
   // Positives at 0.35 and 0.8, negatives at 0.1 and 0.4: 3 of 4 pairs ordered right.
   Metrics m = Evaluate(ModelTask::kBinary, {0.1f, 0.4f, 0.35f, 0.8f}, {0, 0, 1, 1});

@@ -206,7 +206,8 @@ struct JobResult {
   std::string mode;
   std::string model;
   // Held-out metrics of a built-in model: test_accuracy for a classifier, auc and log_loss for
-  // a binary model, rmse and mae for a regression (model/model.h Evaluate).
+  // a binary model and a classifier of two classes, rmse and mae for a regression
+  // (model/model.h Evaluate).
   bool classification = false, binary = false, regression = false;
   double test_accuracy = 0;
   double auc = 0;

@@ -240,8 +240,9 @@ absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_ad
   ParameterSession session(std::move(o), std::move(vars), std::move(refs));
   ModelInputs in;
   if (absl::Status s = session.Pull({}, &in.params); !s.ok()) return s;
-  std::vector<float> predictions, chunk_predictions;
+  std::vector<float> predictions, chunk_predictions, class_one, chunk_class_one;
   predictions.reserve(test_.size());
+  bool two_classes = true;
   Examples chunk;
   chunk.dense_dim = test_.dense_dim;
   for (int64_t begin = 0; begin < test_.size(); begin += kEvalChunk) {
@@ -255,8 +256,12 @@ absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_ad
     }
     model_->Predict(in, chunk, &chunk_predictions);
     predictions.insert(predictions.end(), chunk_predictions.begin(), chunk_predictions.end());
+    two_classes = two_classes && model_->ClassOneProbabilities(in, chunk, &chunk_class_one);
+    if (two_classes)
+      class_one.insert(class_one.end(), chunk_class_one.begin(), chunk_class_one.end());
   }
-  return ::pstrain::Evaluate(model_->task(), predictions, test_.labels);
+  return ::pstrain::Evaluate(model_->task(), predictions, test_.labels,
+                             two_classes ? &class_one : nullptr);
 }
 
 }  // namespace pstrain

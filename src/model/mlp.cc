@@ -193,6 +193,16 @@ void Mlp::Classify(const std::vector<const float*>& params, const Eigen::Ref<con
   });
 }
 
+void Mlp::ClassOneProbabilities(const std::vector<const float*>& params,
+                                const Eigen::Ref<const Matrix>& x, std::vector<float>* p) {
+  p->resize(x.rows());
+  ForwardInChunks(params, x, [&](Eigen::Index start, const Matrix& logits) {
+    for (Eigen::Index r = 0; r < logits.rows(); ++r) {
+      (*p)[start + r] = 1.0f / (1.0f + std::exp(logits(r, 0) - logits(r, 1)));
+    }
+  });
+}
+
 double Mlp::Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                      const int32_t* labels) {
   const Eigen::Index n = x.rows();

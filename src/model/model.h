@@ -103,6 +103,10 @@ class Mlp {
   void Classify(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                 std::vector<int32_t>* classes);
 
+  // For two outputs: the softmax probability of class 1 of every row of x, in chunks.
+  void ClassOneProbabilities(const std::vector<const float*>& params,
+                             const Eigen::Ref<const Matrix>& x, std::vector<float>* p);
+
   // Fraction of rows of x whose arg-max logit equals the label; evaluates in chunks.
   double Accuracy(const std::vector<const float*>& params, const Eigen::Ref<const Matrix>& x,
                   const int32_t* labels);
@@ -220,6 +224,13 @@ class Model {
   // Per row: the predicted class (kClassification), the probability of label 1 (kBinary) or the
   // predicted number (kRegression).
   virtual void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) = 0;
+  // A kClassification model of two classes: per row the probability of class 1 into *out (for
+  // AUC and log loss, as a kBinary model's Predict gives them), and true. Others: false.
+  virtual bool ClassOneProbabilities(const ModelInputs& in, const Examples& batch,
+                                     std::vector<float>* out) {
+    (void)in, (void)batch, (void)out;
+    return false;
+  }
 };
 
 struct Metrics {
@@ -233,9 +244,14 @@ struct Metrics {
   double base_log_loss = 0;
   double rmse = 0;  // kRegression: root mean squared error
   double mae = 0;   // kRegression: mean absolute error
+  // auc, log_loss and base_log_loss are set: kBinary, or kClassification of two classes given
+  // the probabilities of class 1.
+  bool scored = false;
 };
-// The metrics of `task` for predictions as Predict writes them against `labels`.
+// The metrics of `task` for predictions as Predict writes them against `labels`; with
+// `class_one` (kClassification of two classes: ClassOneProbabilities, per row) also AUC and log
+// loss, class 1 the positive one.
 Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
-                 const std::vector<float>& labels);
+                 const std::vector<float>& labels, const std::vector<float>* class_one = nullptr);
 
 }  // namespace pstrain

@@ -45,6 +45,13 @@ class MlpModel final : public Model {
     out->assign(classes_.begin(), classes_.end());
   }
 
+  bool ClassOneProbabilities(const ModelInputs& in, const Examples& batch,
+                             std::vector<float>* out) override {
+    if (head_.regression() || mlp_.widths().back() != 2) return false;
+    mlp_.ClassOneProbabilities(in.params, Dense(batch), out);
+    return true;
+  }
+
  private:
   ConstMatrixMap Dense(const Examples& batch) const {
     return ConstMatrixMap(batch.dense.data(), batch.size(), batch.dense_dim);

@@ -72,13 +72,32 @@ float OutputHead::Loss(const std::vector<float>& outputs, const float* labels,
   return layers::SquaredError(outputs.data(), t.data(), static_cast<int64_t>(n), doutputs->data());
 }
 
+namespace {
+
+// AUC and log loss of `p`, the probability of a positive label, over the first n rows.
+void Score(const std::vector<float>& p, const std::vector<float>& labels, size_t n, Metrics* m) {
+  m->scored = true;
+  m->log_loss = LogLoss(p, labels);
+  double positives = 0;
+  for (size_t r = 0; r < n; ++r) positives += labels[r] > 0;
+  // Predicting the rows' own positive rate q for every row costs their entropy.
+  const double q = std::clamp(positives / static_cast<double>(n), 1e-7, 1.0 - 1e-7);
+  m->base_log_loss = -(q * std::log(q) + (1.0 - q) * std::log(1.0 - q));
+  m->auc = Auc(p, labels);
+}
+
+}  // namespace
+
 Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
-                 const std::vector<float>& labels) {
+                 const std::vector<float>& labels, const std::vector<float>* class_one) {
   Metrics m;
   const size_t n = std::min(predictions.size(), labels.size());
   m.examples = static_cast<int64_t>(n);
   if (n == 0) return m;
   if (task == ModelTask::kClassification) {
+    if (class_one != nullptr && class_one->size() == predictions.size()) {
+      Score(*class_one, labels, n, &m);
+    }
     int64_t correct = 0;
     // Per class: true positives, and rows labelled or predicted it (2 TP + FP + FN).
     std::map<float, std::pair<int64_t, int64_t>> classes;
@@ -108,13 +127,7 @@ Metrics Evaluate(ModelTask task, const std::vector<float>& predictions,
     m.mae = absolute / static_cast<double>(n);
     return m;
   }
-  m.log_loss = LogLoss(predictions, labels);
-  double positives = 0;
-  for (size_t r = 0; r < n; ++r) positives += labels[r] > 0;
-  // Predicting the rows' own positive rate p for every row costs their entropy.
-  const double p = std::clamp(positives / static_cast<double>(n), 1e-7, 1.0 - 1e-7);
-  m.base_log_loss = -(p * std::log(p) + (1.0 - p) * std::log(1.0 - p));
-  m.auc = Auc(predictions, labels);
+  Score(predictions, labels, n, &m);
   return m;
 }
 
