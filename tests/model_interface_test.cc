@@ -2,6 +2,7 @@
 // Wide & Deep models against finite differences and a hand-computed case, the MLP through the
 // interface, and the metrics against hand-computed values.
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -315,6 +316,11 @@ TEST(MetricsTest, AucAndLogLossHandComputed) {
   // A tie between a positive and a negative counts half.
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kBinary, {0.5f, 0.5f}, {0, 1}).auc, 0.5);
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kBinary, {0.2f, 0.9f, 0.3f}, {0, 1, 1}).auc, 1.0);
+  // Scores that are not numbers (outputs that overflowed) rank lowest and end: every row NaN
+  // is one tie, a NaN positive below a scored negative.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kBinary, {nan, nan, nan, nan}, {0, 1, 0, 1}).auc, 0.5);
+  EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kBinary, {nan, 0.4f, 0.7f}, {1, 0, 1}).auc, 0.5);
   EXPECT_NEAR(Evaluate(ModelTask::kBinary, {0.0f}, {1}).log_loss, -std::log(1e-7), 1e-6);
   EXPECT_DOUBLE_EQ(Evaluate(ModelTask::kClassification, {1, 2, 3}, {1, 0, 3}).accuracy, 2.0 / 3);
   // Base rate 1/2 on the first case: the labels' entropy.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 
 namespace pstrain {
@@ -20,15 +21,20 @@ double LogLoss(const std::vector<float>& probabilities, const std::vector<float>
 
 double Auc(const std::vector<float>& scores, const std::vector<float>& labels) {
   const size_t n = std::min(scores.size(), labels.size());
-  // AUC as the Mann-Whitney statistic: ranks of the positives, ties sharing their mean rank.
+  // AUC as the Mann-Whitney statistic: ranks of the positives, ties sharing their mean rank. A
+  // score that is not a number (a model whose outputs overflowed) ranks lowest, tied with -inf:
+  // NaN compares false to everything, which would break the sort and the run of ties.
+  auto key = [&](size_t r) {
+    return std::isnan(scores[r]) ? -std::numeric_limits<float>::infinity() : scores[r];
+  };
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
   double positive_rank_sum = 0;
   int64_t positives = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i;
-    while (j < n && scores[order[j]] == scores[order[i]]) ++j;
+    while (j < n && key(order[j]) == key(order[i])) ++j;
     const double rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2.0;
     for (size_t k = i; k < j; ++k) {
       if (labels[order[k]] > 0) {
