@@ -9,6 +9,7 @@
 #include "data/data.h"
 #include "features/features.h"
 #include "fuzz_util.h"
+#include "schema_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace pstrain;
@@ -16,16 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::SplitMessages(std::string_view(reinterpret_cast<const char*>(data), size));
   absl::StatusOr<Schema> schema =
       Schema::FromJson(absl::string_view(parts[0].data(), parts[0].size()), "schema.json");
-  if (!schema.ok()) {
-    FUZZ_CHECK(schema.status().code() == absl::StatusCode::kInvalidArgument,
-               schema.status().ToString());
-    FUZZ_CHECK(schema.status().message().rfind("schema.json", 0) == 0, "the error names the file");
-    return 0;
-  }
-  absl::StatusOr<Schema> again = Schema::FromJson(schema->ToJson(), "ToJson");
-  FUZZ_CHECK(again.ok(), "ToJson gives what FromJson refuses: " + again.status().ToString());
-  FUZZ_CHECK(again->ToJson() == schema->ToJson(), "ToJson and FromJson change the schema");
-  if (parts.size() < 2) return 0;
+  if (!fuzz::CheckSchemaAnswer(schema, "schema.json") || parts.size() < 2) return 0;
 
   std::vector<std::vector<std::string>> lines;
   for (size_t i = 1; i < parts.size(); ++i) {

@@ -370,7 +370,7 @@ absl::Status Job::Evaluate(JobResult* result) {
   if (!m.ok()) return m.status();
   const ModelTask task = model_job_->model().task();
   result->classification = task == ModelTask::kClassification;
-  result->binary = m->scored;  // a binary model, or a classifier of two classes
+  result->binary = task == ModelTask::kBinary || m->scored;  // or a classifier of two classes
   result->regression = task == ModelTask::kRegression;
   result->test_accuracy = m->accuracy;
   result->auc = m->auc;

@@ -257,8 +257,9 @@ absl::StatusOr<Metrics> ModelJob::Evaluate(const std::vector<std::string>& ps_ad
     model_->Predict(in, chunk, &chunk_predictions);
     predictions.insert(predictions.end(), chunk_predictions.begin(), chunk_predictions.end());
     two_classes = two_classes && model_->ClassOneProbabilities(in, chunk, &chunk_class_one);
-    if (two_classes)
+    if (two_classes) {
       class_one.insert(class_one.end(), chunk_class_one.begin(), chunk_class_one.end());
+    }
   }
   return ::pstrain::Evaluate(model_->task(), predictions, test_.labels,
                              two_classes ? &class_one : nullptr);

@@ -226,9 +226,8 @@ class Model {
   virtual void Predict(const ModelInputs& in, const Examples& batch, std::vector<float>* out) = 0;
   // A kClassification model of two classes: per row the probability of class 1 into *out (for
   // AUC and log loss, as a kBinary model's Predict gives them), and true. Others: false.
-  virtual bool ClassOneProbabilities(const ModelInputs& in, const Examples& batch,
-                                     std::vector<float>* out) {
-    (void)in, (void)batch, (void)out;
+  virtual bool ClassOneProbabilities(const ModelInputs& /*in*/, const Examples& /*batch*/,
+                                     std::vector<float>* /*out*/) {
     return false;
   }
 };
