@@ -2,6 +2,7 @@
 // pass over rows, the transform of a row against hand-computed values, and a schema inferred.
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -489,18 +490,20 @@ TEST(SchemaInferrerTest, ChoosesEachColumnsKindAndSaysWhy) {
   EXPECT_THAT(nothing->Finish().status().message(), HasSubstr("no column is left to be a feature"));
 }
 
-TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
-  const std::string path = ::testing::TempDir() + "/feature_table.csv";
-  struct Removed {
-    const std::string& path;
-    ~Removed() { std::remove(path.c_str()); }
-  } removed{path};
-  {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs("y,x,color\nyes,1,red\nno,3,blue\n\nyes,oops,red\nno,5,red\nyes,7,green\n", f);
-    std::fclose(f);
+// A file under the test's temporary directory holding `text`, removed at the end of the scope.
+struct TempFile {
+  TempFile(const std::string& name, const std::string& text)
+      : path(::testing::TempDir() + "/" + name) {
+    std::ofstream(path, std::ios::binary) << text;
   }
+  ~TempFile() { std::remove(path.c_str()); }
+  const std::string path;
+};
+
+TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
+  const TempFile file("feature_table.csv",
+                      "y,x,color\nyes,1,red\nno,3,blue\n\nyes,oops,red\nno,5,red\nyes,7,green\n");
+  const std::string& path = file.path;
   absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, ',');
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_THAT(header->names, ElementsAre("y", "x", "color"));
@@ -551,19 +554,62 @@ TEST(FeatureTableTest, ACsvFileThroughItsSchemaGivesTheRowsOfARange) {
   EXPECT_FALSE(ReadCsvHeader(::testing::TempDir() + "/none.csv", ',').ok());
 }
 
-TEST(FeatureTableTest, AFileWhoseFirstLineIsAllNumbersHasNoHeaderAndColumnsC1ToCn) {
-  const std::string path = ::testing::TempDir() + "/feature_table_headerless.csv";
-  struct Removed {
-    const std::string& path;
-    ~Removed() { std::remove(path.c_str()); }
-  } removed{path};
-  {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    // Record 0 is a row: numbers and a missing value. Categories are integer codes.
-    std::fputs("1,2.5,NA,7\n0,3.5,1,7\n1,4.5,2,8\n0,5.5,1,8\n1,6.5,3,9\n", f);
-    std::fclose(f);
+TEST(FeatureTableTest, CriteosTsvHasNoHeaderAndItsOwnColumnNames) {
+  DataSpec spec;
+  spec.format = DataSpec::Format::kCriteo;
+  absl::StatusOr<CsvLayout> layout = TableLayout(spec);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->delimiter, '\t');
+  ASSERT_EQ(layout->names.size(), 40u);
+  EXPECT_EQ(layout->names[0], "label");
+  EXPECT_EQ(layout->names[1], "I1");
+  EXPECT_EQ(layout->names[13], "I13");
+  EXPECT_EQ(layout->names[14], "C1");
+  EXPECT_EQ(layout->names[39], "C26");
+  spec.format = DataSpec::Format::kLibSvm;
+  spec.path = "x.svm";
+  EXPECT_THAT(TableLayout(spec).status().message(), HasSubstr("not libsvm:x.svm"));
+  // Five rows: I1 counts (a missing one), I2 always 7, C1 ids of 8 hex digits, the rest empty.
+  std::string text;
+  const char* ids[] = {"05db9164", "68fd1e64", "05db9164", "8cf07265", "68fd1e64"};
+  for (int r = 0; r < 5; ++r) {
+    absl::StrAppend(&text, r % 2, "\t", r == 2 ? "" : absl::StrCat(r * 3), "\t7");
+    for (int i = 2; i < 13; ++i) absl::StrAppend(&text, "\t");
+    absl::StrAppend(&text, "\t", ids[r]);
+    for (int i = 1; i < 26; ++i) absl::StrAppend(&text, "\t");
+    absl::StrAppend(&text, "\n");
   }
+  const TempFile file("criteo.tsv", text);
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(file.path, *layout);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_FALSE(header->in_file);  // record 0 is a row, whatever it holds
+  EXPECT_EQ(header->names, layout->names);
+  absl::StatusOr<InferredSchema> inferred = InferCsvSchema(file.path, *layout, "", TextOptions{});
+  ASSERT_TRUE(inferred.ok()) << inferred.status();
+  EXPECT_EQ(inferred->schema.label, "label");
+  std::set<std::string> columns;
+  for (const ColumnSpec& c : inferred->schema.columns) columns.insert(c.name);
+  EXPECT_TRUE(columns.contains("I1") && columns.contains("C1")) << inferred->schema.ToJson();
+  EXPECT_FALSE(columns.contains("C2"));  // every value missing: left out
+  const Schema schema = Parse(R"({"label": "label", "columns": [
+      {"name": "I1", "type": "numeric", "normalizer": "none"},
+      {"name": "C1", "type": "categorical"}]})");
+  absl::StatusOr<FeatureStats> stats = ComputeCsvStats(schema, file.path, *layout, TextOptions{});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->rows, 5);
+  absl::StatusOr<Transform> t = CsvTransform(schema, *stats, file.path, *layout);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<Examples> e = ReadCsvThrough(*t, file.path, *layout, TextOptions{});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->records, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_THAT(e->labels, ElementsAre(0, 1, 0, 1, 0));
+}
+
+TEST(FeatureTableTest, AFileWhoseFirstLineIsAllNumbersHasNoHeaderAndColumnsC1ToCn) {
+  // Record 0 is a row: numbers and a missing value. Categories are integer codes.
+  const TempFile file("feature_table_headerless.csv",
+                      "1,2.5,NA,7\n0,3.5,1,7\n1,4.5,2,8\n0,5.5,1,8\n1,6.5,3,9\n");
+  const std::string& path = file.path;
   absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, ',');
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_THAT(header->names, ElementsAre("c1", "c2", "c3", "c4"));

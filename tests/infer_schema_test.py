@@ -1,8 +1,9 @@
 """`pstrain infer-schema --data csv:PATH`: one pass over a CSV file (with a header, or without
-one: columns c1 to cN) prints a schema of feature columns (JSON on stdout, or --out FILE) that
-reads back as the schema it is, and on stderr one "# column: why" line per column. Quoted fields with commas, missing values, string
-and integer-coded columns, identifiers and gzip files go through it; every bad input is refused
-with exit code 2 and a message that names the file, the line or the column.
+one: columns c1 to cN) or Criteo's TSV (criteo:PATH) prints a schema of feature columns (JSON on
+stdout, or --out FILE) that reads back as the schema it is, and on stderr one "# column: why"
+line per column. Quoted fields with commas, missing values, string and integer-coded columns,
+identifiers and gzip files go through it; every bad input is refused with exit code 2 and a
+message that names the file, the line or the column.
 """
 
 import gzip
@@ -96,6 +97,24 @@ def test_a_file_whose_first_line_is_all_numbers_has_no_header_and_columns_c1_to_
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["label"] == "c3"
     assert "c3 (label)" in r.stderr, r.stderr
+
+
+def test_criteos_tsv_has_no_header_and_its_own_column_names(tmp_path):
+    """criteo:PATH: tab-separated, no header; the label, I1 to I13 (counts) and C1 to C26 (hex
+    ids, categorical)."""
+    data = tmp_path / "clicks.tsv"
+    gen = subprocess.run([BINARY, "gen-criteo", "--rows", "400", "--out", str(data)],
+                         capture_output=True, text=True, timeout=60)
+    assert gen.returncode == 0, gen.stderr
+    r = run("--data", "criteo:%s" % data)
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(r.stdout)
+    assert schema["label"] == "label" and schema["task"] == "classification", schema
+    names = {"I%d" % i for i in range(1, 14)} | {"C%d" % i for i in range(1, 27)}
+    got = kinds(schema)
+    assert set(got) <= names and len(got) > 30, got
+    assert all(got[c][0] == "categorical" for c in got if c.startswith("C")), got
+    assert any(got[c][0] == "numeric" for c in got if c.startswith("I")), got
 
 
 def test_bad_input_is_refused_with_what_is_wrong(tmp_path):

@@ -13,22 +13,29 @@ namespace {
 
 absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string& label,
                                      char delimiter) {
-  if (!absl::StartsWith(data, "csv:")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data ", data, ": infer-schema reads csv:PATH (a CSV file)"));
+  absl::StatusOr<DataSpec> spec = DataSpec::Parse(data);
+  if (!spec.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--data ", spec.status().message()));
+  absl::StatusOr<CsvLayout> layout = TableLayout(*spec);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--data ", data,
+                                                   ": infer-schema reads csv:PATH "
+                                                   "(a CSV file) or criteo:PATH (Criteo's TSV)"));
   }
-  return InferCsvSchema(data.substr(4), delimiter, label, TextOptions{});
+  if (spec->format == DataSpec::Format::kCsv) layout->delimiter = delimiter;
+  return InferCsvSchema(spec->path, *layout, label, TextOptions{});
 }
 
 }  // namespace
 
 InferSchemaCommand::InferSchemaCommand(CLI::App* app)
     : cmd_(app->add_subcommand("infer-schema",
-                               "read a CSV file and print a schema of feature "
+                               "read a CSV file or Criteo's TSV and print a schema of feature "
                                "columns for it, with the reason for each column's kind")) {
   cmd_->add_option("--data", data_,
                    "csv:PATH, a CSV file (plain or gzip) whose first line "
-                   "names the columns (all numbers: no header, columns c1, c2, ...)")
+                   "names the columns (all numbers: no header, columns c1, c2, ...), or "
+                   "criteo:PATH, Criteo's TSV (label, I1 to I13, C1 to C26)")
       ->required();
   cmd_->add_option("--label", label_, "the label column's name (default: the first column)");
   cmd_->add_option("--out", out_, "write the schema to this file instead of stdout");

@@ -209,34 +209,47 @@ class SchemaInferrer {
 
 // ---- A CSV table read through a schema: what the chief and the workers train on. ----
 // Record 0 of such a file (its first non-blank line) is the header, the columns' names, and the
-// rows follow; a file whose first record is all numbers has no header (the rule `--data csv:`
-// reads by without a schema) and its columns are named c1, c2, ... Records are counted and
-// ranged as data.h's TextOptions counts them, so a worker reads its range of a large file
-// without splitting the records before it. Errors name the file, line and column.
+// rows follow; a file whose first record is numbers and missing values (at least one number)
+// has no header, as `--data csv:` tells one without a schema, and its columns are named c1,
+// c2, ... Records are counted and ranged as data.h's TextOptions counts them, so a worker reads
+// its range of a large file without splitting the records before it. Errors name the file, line
+// and column.
+
+// How a delimited file is laid out: its delimiter and, for a format whose files have no header
+// line (Criteo's TSV), its columns' names. A delimiter alone converts to a layout: a CSV file
+// as above.
+struct CsvLayout {
+  CsvLayout(char d = ',') : delimiter(d) {}  // NOLINT: a delimiter is a layout
+  char delimiter;
+  std::vector<std::string> names;  // empty: the file's own header, or c1, c2, ...
+};
+// The layout of a data file that goes through a schema: csv (commas), or criteo (tabs, no
+// header: label, I1 to I13, C1 to C26). InvalidArgument for any other format.
+absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec);
 
 struct CsvHeader {
   std::vector<std::string> names;
   bool in_file = true;  // record 0 is the header, not a row
 };
-// The header of the CSV file `path`. InvalidArgument for an empty file.
-absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, char delimiter);
+// The header of the file `path` laid out as `layout`. InvalidArgument for an empty file.
+absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, const CsvLayout& layout);
 // A schema inferred from the rows of records [0, options.end_record) of `path` (the header
 // gives none; SchemaInferrer; a row it refuses stops the pass or is skipped, by
 // options.bad_lines).
-absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
+absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, const CsvLayout& layout,
                                               absl::string_view label, TextOptions options,
                                               bool integer_codes = true);
 // The statistics of `schema` over the rows of records [0, options.end_record) of `path`.
 absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
-                                             char delimiter, TextOptions options);
+                                             const CsvLayout& layout, TextOptions options);
 // The transform of `schema` and `stats` for the CSV file `path` (its header names the columns).
 absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
-                                       char delimiter);
+                                       const CsvLayout& layout);
 // The examples of records [options.first_record, options.end_record) of `path` through
 // `transform` (the header gives none); rows skipped under kSkip count in bad_lines_skipped, and
 // `records` names each row's record.
 absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
-                                        char delimiter, const TextOptions& options);
+                                        const CsvLayout& layout, const TextOptions& options);
 
 // Whether a field is a missing value: empty, or NA, N/A, NaN, ?, null (any case), after
 // surrounding spaces.

@@ -48,9 +48,9 @@ class RowPlace {
 // the rows of records [0, options.end_record) of `path`, and returns its Finish(); errors name
 // the file.
 template <typename Create>
-auto OnePass(const std::string& path, char delimiter, const TextOptions& options,
+auto OnePass(const std::string& path, const CsvLayout& layout, const TextOptions& options,
              const Create& create) -> decltype(create({})->Finish()) {
-  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, delimiter);
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, layout);
   if (!header.ok()) return header.status();
   auto builder = create(header->names);
   if (!builder.ok()) {
@@ -59,7 +59,7 @@ auto OnePass(const std::string& path, char delimiter, const TextOptions& options
   }
   RowPlace place(path);
   absl::StatusOr<int64_t> read =
-      ForEachCsvRecord(path, delimiter, RowsOf(options, *header),
+      ForEachCsvRecord(path, layout.delimiter, RowsOf(options, *header),
                        [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
                          return builder->Add(fields, place.At(line));
                        });
@@ -73,13 +73,33 @@ auto OnePass(const std::string& path, char delimiter, const TextOptions& options
 
 }  // namespace
 
-absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, char delimiter) {
+absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec) {
+  if (spec.format == DataSpec::Format::kCsv) return CsvLayout(',');
+  if (spec.format != DataSpec::Format::kCriteo) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a schema reads CSV files (csv:PATH) and Criteo's TSV (criteo:PATH), not ",
+                     spec.ToString()));
+  }
+  CsvLayout criteo('\t');
+  criteo.names.push_back("label");
+  for (int i = 1; i <= kCriteoDense; ++i) criteo.names.push_back(absl::StrCat("I", i));
+  for (int i = 1; i <= kCriteoCategorical; ++i) criteo.names.push_back(absl::StrCat("C", i));
+  return criteo;
+}
+
+absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, const CsvLayout& layout) {
   std::optional<CsvHeader> header;
   TextOptions first;
   first.end_record = 1;
   absl::StatusOr<int64_t> read = ForEachCsvRecord(
-      path, delimiter, first, [&](const std::vector<absl::string_view>& fields, int64_t, int64_t) {
+      path, layout.delimiter, first,
+      [&](const std::vector<absl::string_view>& fields, int64_t, int64_t) {
         header.emplace();
+        if (!layout.names.empty()) {  // the format's own names; every record is a row
+          header->names = layout.names;
+          header->in_file = false;
+          return absl::OkStatus();
+        }
         // Rows: numbers and missing values, at least one number.
         bool numbers = false, rows = true;
         for (absl::string_view f : fields) {
@@ -101,24 +121,24 @@ absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, char delimiter)
   return *std::move(header);
 }
 
-absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, char delimiter,
+absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, const CsvLayout& layout,
                                               absl::string_view label, TextOptions options,
                                               bool integer_codes) {
-  return OnePass(path, delimiter, options, [&](const std::vector<std::string>& header) {
+  return OnePass(path, layout, options, [&](const std::vector<std::string>& header) {
     return SchemaInferrer::Create(header, label, integer_codes);
   });
 }
 
 absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
-                                             char delimiter, TextOptions options) {
-  return OnePass(path, delimiter, options, [&](const std::vector<std::string>& header) {
+                                             const CsvLayout& layout, TextOptions options) {
+  return OnePass(path, layout, options, [&](const std::vector<std::string>& header) {
     return StatsBuilder::Create(schema, header);
   });
 }
 
 absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
-                                       char delimiter) {
-  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, delimiter);
+                                       const CsvLayout& layout) {
+  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, layout);
   if (!header.ok()) return header.status();
   absl::StatusOr<Transform> t =
       Transform::Create(std::move(schema), std::move(stats), header->names);
@@ -130,19 +150,19 @@ absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const 
 }
 
 absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
-                                        char delimiter, const TextOptions& options) {
+                                        const CsvLayout& layout, const TextOptions& options) {
   Examples out;
   out.dense_dim = transform.shape().dense_features;
   // Only a range from record 0 asks whether that record is the header.
   CsvHeader header;
   if (options.first_record <= 0) {
-    absl::StatusOr<CsvHeader> h = ReadCsvHeader(path, delimiter);
+    absl::StatusOr<CsvHeader> h = ReadCsvHeader(path, layout);
     if (!h.ok()) return h.status();
     header.in_file = h->in_file;
   }
   RowPlace place(path);
   absl::StatusOr<int64_t> skipped = ForEachCsvRecord(
-      path, delimiter, RowsOf(options, header),
+      path, layout.delimiter, RowsOf(options, header),
       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
         absl::Status s = transform.Append(fields, place.At(line), &out);
         if (s.ok()) out.records.push_back(record);

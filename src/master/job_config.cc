@@ -174,8 +174,12 @@ absl::Status JobConfig::ValidateData() const {
     return InvalidArgument("--holdout ", holdout, " must be in (0, 1)");
   if (!schema.empty()) {
     for (const std::string* d : {&data, &test_data}) {
-      if (!d->empty() && DataSpec::Parse(*d)->format != DataSpec::Format::kCsv) {
-        return InvalidArgument("--schema reads CSV files (csv:PATH), not ", *d);
+      const DataSpec::Format f = d->empty() ? DataSpec::Format::kCsv : DataSpec::Parse(*d)->format;
+      if (f != DataSpec::Format::kCsv && f != DataSpec::Format::kCriteo) {
+        return InvalidArgument(
+            "--schema reads CSV files (csv:PATH) and Criteo's TSV "
+            "(criteo:PATH), not ",
+            *d);
       }
     }
   }

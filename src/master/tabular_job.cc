@@ -14,9 +14,6 @@
 namespace pstrain {
 namespace {
 
-// CSV tables with a schema are comma-separated.
-constexpr char kDelimiter = ',';
-
 absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgument("--schema ", path, ": cannot open");
@@ -27,7 +24,7 @@ absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
 }
 
 absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
-                                const TextOptions& training) {
+                                const CsvLayout& layout, const TextOptions& training) {
   if (config.schema != kInferredSchema) {
     absl::StatusOr<std::string> text = ReadSchemaFile(config.schema);
     if (!text.ok()) return text.status();
@@ -44,7 +41,7 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
   }
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
-      InferCsvSchema(data.spec().path, kDelimiter, config.label, training, config.model != "mlp");
+      InferCsvSchema(data.spec().path, layout, config.label, training, config.model != "mlp");
   if (!inferred.ok()) return inferred.status();
   for (const std::string& why : inferred->reasons) spdlog::info("schema: {}", why);
   return inferred->schema;
@@ -53,16 +50,15 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
 }  // namespace
 
 absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data) {
-  if (data.spec().format != DataSpec::Format::kCsv ||
-      data.test_spec().format != DataSpec::Format::kCsv) {
-    return InvalidArgument("--schema reads CSV files (csv:PATH); --data is ",
-                           data.spec().ToString());
-  }
+  absl::StatusOr<CsvLayout> layout = TableLayout(data.spec());
+  if (!layout.ok()) return InvalidArgument("--data: ", layout.status().message());
+  absl::StatusOr<CsvLayout> test_layout = TableLayout(data.test_spec());
+  if (!test_layout.ok()) return InvalidArgument("--test_data: ", test_layout.status().message());
   TextOptions training;
   training.bad_lines =
       config.skip_bad_lines ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
   training.end_record = data.train_records();
-  absl::StatusOr<Schema> schema = SchemaOf(config, data, training);
+  absl::StatusOr<Schema> schema = SchemaOf(config, data, *layout, training);
   if (!schema.ok()) return schema.status();
   if (!config.objective.empty()) {
     schema->task = config.objective == "regression" ? Schema::Task::kRegression
@@ -74,13 +70,13 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
     for (ColumnSpec& c : schema->columns) c.indicator = c.kind != ColumnSpec::Kind::kNumeric;
   }
   absl::StatusOr<FeatureStats> stats =
-      ComputeCsvStats(*schema, data.spec().path, kDelimiter, training);
+      ComputeCsvStats(*schema, data.spec().path, *layout, training);
   if (!stats.ok()) return stats.status();
   TabularData t;
   t.schema_json = schema->ToJson();
   t.stats_json = stats->ToJson();
   absl::StatusOr<Transform> transform =
-      CsvTransform(*schema, *stats, data.test_spec().path, kDelimiter);
+      CsvTransform(*schema, *stats, data.test_spec().path, *test_layout);
   if (!transform.ok()) return transform.status();
   t.shape = transform->shape();
   t.regression = schema->task == Schema::Task::kRegression;
@@ -90,7 +86,7 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   held_out.first_record = data.test_begin();
   held_out.end_record = data.test_end();
   absl::StatusOr<Examples> test =
-      ReadCsvThrough(*transform, data.test_spec().path, kDelimiter, held_out);
+      ReadCsvThrough(*transform, data.test_spec().path, *test_layout, held_out);
   if (!test.ok()) return test.status();
   t.test = *std::move(test);
   spdlog::info("schema: {} dense inputs, {} categorical fields, {} classes over {} rows",

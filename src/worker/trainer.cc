@@ -135,14 +135,16 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   absl::StatusOr<FeatureStats> stats =
       FeatureStats::FromJson(spec.feature_stats(), "the job's feature statistics");
   if (!stats.ok()) return stats.status();
+  absl::StatusOr<CsvLayout> layout = TableLayout(*data);
+  if (!layout.ok()) return layout.status();
   absl::StatusOr<Transform> transform =
-      CsvTransform(*std::move(schema), *std::move(stats), data->path, ',');
+      CsvTransform(*std::move(schema), *std::move(stats), data->path, *layout);
   if (!transform.ok()) return transform.status();
   TextOptions range;
   range.first_record = begin;
   range.end_record = end;
   range.bad_lines = bad_lines;
-  return ReadCsvThrough(*transform, data->path, ',', range);
+  return ReadCsvThrough(*transform, data->path, *layout, range);
 }
 
 absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
