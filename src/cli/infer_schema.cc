@@ -14,8 +14,9 @@ namespace {
 absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string& label,
                                      char delimiter) {
   absl::StatusOr<DataSpec> spec = DataSpec::Parse(data);
-  if (!spec.ok())
+  if (!spec.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--data ", spec.status().message()));
+  }
   absl::StatusOr<CsvLayout> layout = TableLayout(*spec);
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--data ", data,
