@@ -21,21 +21,26 @@ absl::StatusOr<InferredSchema> Infer(const std::string& data, const std::string&
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--data ", data,
                                                    ": infer-schema reads csv:PATH "
-                                                   "(a CSV file) or criteo:PATH (Criteo's TSV)"));
+                                                   "(a CSV file), libsvm:PATH (a LibSVM file) "
+                                                   "or criteo:PATH (Criteo's TSV)"));
   }
   if (spec->format == DataSpec::Format::kCsv) layout->delimiter = delimiter;
-  return InferCsvSchema(spec->path, *layout, label, TextOptions{});
+  absl::StatusOr<CsvTable> table = OpenCsvTable(spec->path, *layout);
+  if (!table.ok()) return table.status();
+  return InferCsvSchema(*table, label, TextOptions{});
 }
 
 }  // namespace
 
 InferSchemaCommand::InferSchemaCommand(CLI::App* app)
     : cmd_(app->add_subcommand("infer-schema",
-                               "read a CSV file or Criteo's TSV and print a schema of feature "
+                               "read a CSV file, a LibSVM file or Criteo's TSV and print a "
+                               "schema of feature "
                                "columns for it, with the reason for each column's kind")) {
   cmd_->add_option("--data", data_,
                    "csv:PATH, a CSV file (plain or gzip) whose first line "
-                   "names the columns (all numbers: no header, columns c1, c2, ...), or "
+                   "names the columns (all numbers: no header, columns c1, c2, ...), "
+                   "libsvm:PATH (columns label, f1, f2, ... by feature index) or "
                    "criteo:PATH, Criteo's TSV (label, I1 to I13, C1 to C26)")
       ->required();
   cmd_->add_option("--label", label_, "the label column's name (default: the first column)");

@@ -93,6 +93,16 @@ absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter
 // LibSVM: "label index:value index:value ..." with strictly increasing indices; "# ..." ends a
 // line. The features are sparse (key = index).
 absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& options);
+// One LibSVM line split into its label and features as written (spaces or tabs between them):
+// `features` gets each "index:value" in order, up to a "# ..." comment. InvalidArgument naming a
+// token that is not index:value or an index not above the previous one. The views point into
+// `line`; the numbers are left to the caller.
+struct LibSvmFeature {
+  uint64_t index;
+  absl::string_view value;
+};
+absl::Status SplitLibSvmLine(absl::string_view line, absl::string_view* label,
+                             std::vector<LibSvmFeature>* features);
 
 // Criteo Kaggle TSV: label (0/1), 13 integer features (may be empty), 26 categorical features
 // of 8 hex digits (may be empty). Integers become log(1 + x) (missing or negative: 0); every

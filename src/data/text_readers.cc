@@ -308,33 +308,47 @@ absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
       });
 }
 
+absl::Status SplitLibSvmLine(absl::string_view line, absl::string_view* label,
+                             std::vector<LibSvmFeature>* features) {
+  features->clear();
+  const std::vector<absl::string_view> tokens =
+      absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+  *label = tokens.empty() ? absl::string_view() : tokens[0];
+  int64_t previous = -1;
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    if (absl::StartsWith(tokens[i], "#")) break;  // a comment ends the line
+    const size_t colon = tokens[i].find(':');
+    uint64_t index = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(tokens[i].substr(0, colon), &index)) {
+      return Bad(absl::StrCat("feature \"", tokens[i], "\" is not index:value"));
+    }
+    if (index > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(index) <= previous) {
+      return Bad(absl::StrCat("feature index ", index, " is not above the previous one (", previous,
+                              "): indices must be strictly increasing"));
+    }
+    previous = static_cast<int64_t>(index);
+    features->push_back({index, tokens[i].substr(colon + 1)});
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& options) {
   TableBuilder table(0);
+  std::vector<LibSvmFeature> features;
   return ReadLines(
       path, options, &table, [&](const std::string& line, int64_t) -> absl::StatusOr<bool> {
-        std::vector<absl::string_view> tokens =
-            absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+        absl::string_view label_text;
+        if (absl::Status s = SplitLibSvmLine(line, &label_text, &features); !s.ok()) return s;
         float label;
-        if (!ParseFloat(tokens[0], &label)) {
-          return Bad(absl::StrCat("label \"", tokens[0], "\" is not a finite number"));
+        if (!ParseFloat(label_text, &label)) {
+          return Bad(absl::StrCat("label \"", label_text, "\" is not a finite number"));
         }
-        int64_t previous = -1;
-        for (size_t i = 1; i < tokens.size(); ++i) {
-          if (absl::StartsWith(tokens[i], "#")) break;  // a comment ends the line
-          const size_t colon = tokens[i].find(':');
-          uint64_t index = 0;
+        for (const LibSvmFeature& f : features) {
           float value;
-          if (colon == absl::string_view::npos ||
-              !absl::SimpleAtoi(tokens[i].substr(0, colon), &index) ||
-              !ParseFloat(tokens[i].substr(colon + 1), &value)) {
-            return Bad(absl::StrCat("feature \"", tokens[i], "\" is not index:value"));
+          if (!ParseFloat(f.value, &value)) {
+            return Bad(absl::StrCat("feature \"", f.index, ":", f.value, "\" is not index:value"));
           }
-          if (index > static_cast<uint64_t>(INT64_MAX) || static_cast<int64_t>(index) <= previous) {
-            return Bad(absl::StrCat("feature index ", index, " is not above the previous one (",
-                                    previous, "): indices must be strictly increasing"));
-          }
-          previous = static_cast<int64_t>(index);
-          table.AddSparse(index, value, 0);
+          table.AddSparse(f.index, value, 0);
         }
         table.FinishRow(label);
         return true;

@@ -218,38 +218,52 @@ class SchemaInferrer {
 // How a delimited file is laid out: its delimiter and, for a format whose files have no header
 // line (Criteo's TSV), its columns' names. A delimiter alone converts to a layout: a CSV file
 // as above.
+//
+// A LibSVM file ("label index:value ...") is a table too, its features as numeric columns: the
+// label, then a column per index from the lowest (0 or 1) to the highest the file has, named
+// f<index>, an index a line lacks being 0, as LibSVM means it. OpenCsvTable finds the indices in
+// one pass, at most kMaxLibSvmColumns of them (more is a sparse file: read it without a schema,
+// as --data libsvm: does); given names (the training file's, for its test file) it keeps them
+// and drops the indices outside them.
+constexpr int64_t kMaxLibSvmColumns = 10000;
 struct CsvLayout {
   CsvLayout(char d = ',') : delimiter(d) {}  // NOLINT: a delimiter is a layout
   char delimiter;
   std::vector<std::string> names;  // empty: the file's own header, or c1, c2, ...
+  bool libsvm = false;
+  uint64_t first_index = 1;  // LibSVM: the index of the column after the label
 };
-// The layout of a data file that goes through a schema: csv (commas), or criteo (tabs, no
-// header: label, I1 to I13, C1 to C26). InvalidArgument for any other format.
+// The layout of a data file that goes through a schema: csv (commas), criteo (tabs, no
+// header: label, I1 to I13, C1 to C26) or libsvm. InvalidArgument for any other format.
 absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec);
 
 struct CsvHeader {
   std::vector<std::string> names;
   bool in_file = true;  // record 0 is the header, not a row
 };
-// The header of the file `path` laid out as `layout`. InvalidArgument for an empty file.
-absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, const CsvLayout& layout);
-// A schema inferred from the rows of records [0, options.end_record) of `path` (the header
+// A CSV file laid out as `layout`, its header read once for every pass over it.
+struct CsvTable {
+  std::string path;
+  CsvLayout layout;
+  CsvHeader header;
+};
+// The table of the file `path` laid out as `layout`. InvalidArgument for an empty file.
+absl::StatusOr<CsvTable> OpenCsvTable(const std::string& path, const CsvLayout& layout);
+// A schema inferred from the rows of records [0, options.end_record) of `table` (the header
 // gives none; SchemaInferrer; a row it refuses stops the pass or is skipped, by
 // options.bad_lines).
-absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, const CsvLayout& layout,
-                                              absl::string_view label, TextOptions options,
-                                              bool integer_codes = true);
-// The statistics of `schema` over the rows of records [0, options.end_record) of `path`.
-absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
-                                             const CsvLayout& layout, TextOptions options);
-// The transform of `schema` and `stats` for the CSV file `path` (its header names the columns).
-absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
-                                       const CsvLayout& layout);
-// The examples of records [options.first_record, options.end_record) of `path` through
+absl::StatusOr<InferredSchema> InferCsvSchema(const CsvTable& table, absl::string_view label,
+                                              TextOptions options, bool integer_codes = true);
+// The statistics of `schema` over the rows of records [0, options.end_record) of `table`.
+absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const CsvTable& table,
+                                             TextOptions options);
+// The transform of `schema` and `stats` for `table` (its header names the columns).
+absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const CsvTable& table);
+// The examples of records [options.first_record, options.end_record) of `table` through
 // `transform` (the header gives none); rows skipped under kSkip count in bad_lines_skipped, and
 // `records` names each row's record.
-absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
-                                        const CsvLayout& layout, const TextOptions& options);
+absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const CsvTable& table,
+                                        const TextOptions& options);
 
 // Whether a field is a missing value: empty, or NA, N/A, NaN, ?, null (any case), after
 // surrounding spaces.

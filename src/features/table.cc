@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "features/features.h"
 #include "features/field.h"
 
@@ -20,12 +21,127 @@ TextOptions RowsOf(TextOptions options, const CsvHeader& header) {
 }
 
 // What a schema's names were matched against, for an error of a file without a header.
-std::string Named(const CsvHeader& header) {
-  if (header.in_file) return "";
-  return absl::StrCat(
-      " (the file has no header: its first line is all numbers, so its columns "
-      "are named c1 to c",
-      header.names.size(), ")");
+std::string Named(const CsvTable& table) {
+  const std::vector<std::string>& names = table.header.names;
+  if (table.header.in_file || names.empty()) return "";
+  if (table.layout.libsvm) {
+    if (names.size() == 1) return " (the LibSVM file has no feature indices: only a label)";
+    return absl::StrCat(" (a LibSVM file's columns are label and ", names[1], " to ", names.back(),
+                        ", by feature index)");
+  }
+  if (table.layout.names.empty()) {
+    return absl::StrCat(
+        " (the file has no header: its first line is all numbers, so its columns "
+        "are named c1 to c",
+        names.size(), ")");
+  }
+  if (names.size() < 2) return absl::StrCat(" (the format names its column ", names[0], ")");
+  return absl::StrCat(" (the format names its columns ", names.front(), ", ", names[1], ", ... ",
+                      names.back(), ")");
+}
+
+// A LibSVM record (split at tabs by the CSV reader) as the fields of a row of `layout`'s columns:
+// the label, then each column's value, "0" where the line has no such index. Indices outside the
+// columns are dropped.
+class LibSvmRow {
+ public:
+  explicit LibSvmRow(const CsvLayout& layout)
+      : first_(layout.first_index), fields_(layout.names.size(), kZero) {}
+
+  absl::Status Set(const std::vector<absl::string_view>& parts) {
+    for (size_t i : set_) fields_[i] = kZero;
+    set_.clear();
+    absl::string_view line = parts.empty() ? absl::string_view() : parts[0];
+    if (parts.size() > 1) {
+      line_ = absl::StrJoin(parts, "\t");
+      line = line_;
+    }
+    absl::string_view label;
+    if (absl::Status s = SplitLibSvmLine(line, &label, &features_); !s.ok()) return s;
+    fields_[0] = label;
+    for (const LibSvmFeature& f : features_) {
+      if (f.index < first_ || f.index - first_ + 1 >= fields_.size()) continue;
+      const size_t column = f.index - first_ + 1;
+      fields_[column] = f.value;
+      set_.push_back(column);
+    }
+    return absl::OkStatus();
+  }
+  const std::vector<absl::string_view>& fields() const { return fields_; }
+
+ private:
+  static constexpr absl::string_view kZero = "0";
+  uint64_t first_;
+  std::vector<absl::string_view> fields_;
+  std::vector<size_t> set_;  // the columns the last line set, put back to "0" by the next
+  std::vector<LibSvmFeature> features_;
+  std::string line_;
+};
+
+// Calls `fn` with the fields, line and record number of every row of `table` in `options`' range
+// (ForEachCsvRecord: the count of rows skipped under kSkip, or the first error). A LibSVM line
+// that is not one is refused naming its file and line.
+absl::StatusOr<int64_t> ForEachRow(const CsvTable& table, const TextOptions& options,
+                                   const CsvRangeFn& fn) {
+  const TextOptions rows = RowsOf(options, table.header);
+  if (!table.layout.libsvm) return ForEachCsvRecord(table.path, table.layout.delimiter, rows, fn);
+  LibSvmRow row(table.layout);
+  return ForEachCsvRecord(
+      table.path, '\t', rows,
+      [&](const std::vector<absl::string_view>& parts, int64_t line, int64_t record) {
+        if (absl::Status s = row.Set(parts); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(table.path, ":", line, ": ", s.message()));
+        }
+        return fn(row.fields(), line, record);
+      });
+}
+
+// The columns of the LibSVM file `path`: the label and f<first index> to f<last index>, from one
+// pass over its well-formed features (a bad line is left to the passes that read the rows).
+absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) {
+  CsvTable table{path, layout, {}};
+  table.header.in_file = false;
+  if (!layout.names.empty()) {
+    table.header.names = layout.names;
+    return table;
+  }
+  uint64_t lowest = UINT64_MAX, highest = 0;
+  int64_t records = 0;
+  std::vector<LibSvmFeature> features;
+  std::string joined;
+  TextOptions all;
+  all.bad_lines = TextOptions::BadLines::kSkip;
+  absl::StatusOr<int64_t> read = ForEachCsvRecord(
+      path, '\t', all, [&](const std::vector<absl::string_view>& parts, int64_t, int64_t) {
+        ++records;
+        joined = absl::StrJoin(parts, "\t");
+        absl::string_view label;
+        if (SplitLibSvmLine(joined, &label, &features).ok() && !features.empty()) {
+          lowest = std::min(lowest, features.front().index);
+          highest = std::max(highest, features.back().index);
+        }
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read.status();
+  if (records == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (a LibSVM file of rows)"));
+  }
+  table.layout.first_index = std::min<uint64_t>(lowest, 1);
+  if (highest >= table.layout.first_index + kMaxLibSvmColumns) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": feature indices up to ", highest, ", more than the ", kMaxLibSvmColumns,
+        " columns a schema reads from a LibSVM file; its features are sparse: train on it "
+        "without --schema (--data libsvm:",
+        path, " reads them as sparse features)"));
+  }
+  table.header.names.push_back("label");
+  if (lowest != UINT64_MAX) {
+    for (uint64_t i = table.layout.first_index; i <= highest; ++i) {
+      table.header.names.push_back(absl::StrCat("f", i));
+    }
+  }
+  table.layout.names = table.header.names;
+  return table;
 }
 
 // "path:line" of each row, in one buffer reused from row to row: a row's errors name it, and
@@ -45,28 +161,25 @@ class RowPlace {
 };
 
 // Builds what `create` makes of the header's names (a SchemaInferrer or a StatsBuilder) from
-// the rows of records [0, options.end_record) of `path`, and returns its Finish(); errors name
+// the rows of records [0, options.end_record) of `table`, and returns its Finish(); errors name
 // the file.
 template <typename Create>
-auto OnePass(const std::string& path, const CsvLayout& layout, const TextOptions& options,
-             const Create& create) -> decltype(create({})->Finish()) {
-  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, layout);
-  if (!header.ok()) return header.status();
-  auto builder = create(header->names);
+auto OnePass(const CsvTable& table, const TextOptions& options, const Create& create)
+    -> decltype(create({})->Finish()) {
+  auto builder = create(table.header.names);
   if (!builder.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", builder.status().message(), Named(*header)));
+        absl::StrCat(table.path, ": ", builder.status().message(), Named(table)));
   }
-  RowPlace place(path);
-  absl::StatusOr<int64_t> read =
-      ForEachCsvRecord(path, layout.delimiter, RowsOf(options, *header),
-                       [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
-                         return builder->Add(fields, place.At(line));
-                       });
+  RowPlace place(table.path);
+  absl::StatusOr<int64_t> read = ForEachRow(
+      table, options, [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t) {
+        return builder->Add(fields, place.At(line));
+      });
   if (!read.ok()) return read.status();
   auto got = builder->Finish();
   if (!got.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", got.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(table.path, ": ", got.status().message()));
   }
   return got;
 }
@@ -75,9 +188,15 @@ auto OnePass(const std::string& path, const CsvLayout& layout, const TextOptions
 
 absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec) {
   if (spec.format == DataSpec::Format::kCsv) return CsvLayout(',');
+  if (spec.format == DataSpec::Format::kLibSvm) {
+    CsvLayout libsvm('\t');
+    libsvm.libsvm = true;
+    return libsvm;
+  }
   if (spec.format != DataSpec::Format::kCriteo) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a schema reads CSV files (csv:PATH) and Criteo's TSV (criteo:PATH), not ",
+        absl::StrCat("a schema reads CSV files (csv:PATH), LibSVM files (libsvm:PATH) and "
+                     "Criteo's TSV (criteo:PATH), not ",
                      spec.ToString()));
   }
   CsvLayout criteo('\t');
@@ -87,7 +206,8 @@ absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec) {
   return criteo;
 }
 
-absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, const CsvLayout& layout) {
+absl::StatusOr<CsvTable> OpenCsvTable(const std::string& path, const CsvLayout& layout) {
+  if (layout.libsvm) return LibSvmTable(path, layout);
   std::optional<CsvHeader> header;
   TextOptions first;
   first.end_record = 1;
@@ -118,56 +238,45 @@ absl::StatusOr<CsvHeader> ReadCsvHeader(const std::string& path, const CsvLayout
   if (!header.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (a CSV file of rows)"));
   }
-  return *std::move(header);
+  return CsvTable{path, layout, *std::move(header)};
 }
 
-absl::StatusOr<InferredSchema> InferCsvSchema(const std::string& path, const CsvLayout& layout,
-                                              absl::string_view label, TextOptions options,
-                                              bool integer_codes) {
-  return OnePass(path, layout, options, [&](const std::vector<std::string>& header) {
+absl::StatusOr<InferredSchema> InferCsvSchema(const CsvTable& table, absl::string_view label,
+                                              TextOptions options, bool integer_codes) {
+  return OnePass(table, options, [&](const std::vector<std::string>& header) {
     return SchemaInferrer::Create(header, label, integer_codes);
   });
 }
 
-absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const std::string& path,
-                                             const CsvLayout& layout, TextOptions options) {
-  return OnePass(path, layout, options, [&](const std::vector<std::string>& header) {
+absl::StatusOr<FeatureStats> ComputeCsvStats(const Schema& schema, const CsvTable& table,
+                                             TextOptions options) {
+  return OnePass(table, options, [&](const std::vector<std::string>& header) {
     return StatsBuilder::Create(schema, header);
   });
 }
 
-absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const std::string& path,
-                                       const CsvLayout& layout) {
-  absl::StatusOr<CsvHeader> header = ReadCsvHeader(path, layout);
-  if (!header.ok()) return header.status();
+absl::StatusOr<Transform> CsvTransform(Schema schema, FeatureStats stats, const CsvTable& table) {
   absl::StatusOr<Transform> t =
-      Transform::Create(std::move(schema), std::move(stats), header->names);
+      Transform::Create(std::move(schema), std::move(stats), table.header.names);
   if (!t.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", t.status().message(), Named(*header)));
+        absl::StrCat(table.path, ": ", t.status().message(), Named(table)));
   }
   return t;
 }
 
-absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const std::string& path,
-                                        const CsvLayout& layout, const TextOptions& options) {
+absl::StatusOr<Examples> ReadCsvThrough(const Transform& transform, const CsvTable& table,
+                                        const TextOptions& options) {
   Examples out;
   out.dense_dim = transform.shape().dense_features;
-  // Only a range from record 0 asks whether that record is the header.
-  CsvHeader header;
-  if (options.first_record <= 0) {
-    absl::StatusOr<CsvHeader> h = ReadCsvHeader(path, layout);
-    if (!h.ok()) return h.status();
-    header.in_file = h->in_file;
-  }
-  RowPlace place(path);
-  absl::StatusOr<int64_t> skipped = ForEachCsvRecord(
-      path, layout.delimiter, RowsOf(options, header),
-      [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
-        absl::Status s = transform.Append(fields, place.At(line), &out);
-        if (s.ok()) out.records.push_back(record);
-        return s;
-      });
+  RowPlace place(table.path);
+  absl::StatusOr<int64_t> skipped =
+      ForEachRow(table, options,
+                 [&](const std::vector<absl::string_view>& fields, int64_t line, int64_t record) {
+                   absl::Status s = transform.Append(fields, place.At(line), &out);
+                   if (s.ok()) out.records.push_back(record);
+                   return s;
+                 });
   if (!skipped.ok()) return skipped.status();
   out.bad_lines_skipped = *skipped;
   return out;

@@ -175,9 +175,10 @@ absl::Status JobConfig::ValidateData() const {
   if (!schema.empty()) {
     for (const std::string* d : {&data, &test_data}) {
       const DataSpec::Format f = d->empty() ? DataSpec::Format::kCsv : DataSpec::Parse(*d)->format;
-      if (f != DataSpec::Format::kCsv && f != DataSpec::Format::kCriteo) {
+      if (f != DataSpec::Format::kCsv && f != DataSpec::Format::kCriteo &&
+          f != DataSpec::Format::kLibSvm) {
         return InvalidArgument(
-            "--schema reads CSV files (csv:PATH) and Criteo's TSV "
+            "--schema reads CSV files (csv:PATH), LibSVM files (libsvm:PATH) and Criteo's TSV "
             "(criteo:PATH), not ",
             *d);
       }

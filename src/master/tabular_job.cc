@@ -23,8 +23,8 @@ absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
   return text.str();
 }
 
-absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
-                                const CsvLayout& layout, const TextOptions& training) {
+absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const CsvTable& table,
+                                const TextOptions& training) {
   if (config.schema != kInferredSchema) {
     absl::StatusOr<std::string> text = ReadSchemaFile(config.schema);
     if (!text.ok()) return text.status();
@@ -41,7 +41,7 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const Dataset& data,
   }
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
-      InferCsvSchema(data.spec().path, layout, config.label, training, config.model != "mlp");
+      InferCsvSchema(table, config.label, training, config.model != "mlp");
   if (!inferred.ok()) return inferred.status();
   for (const std::string& why : inferred->reasons) spdlog::info("schema: {}", why);
   return inferred->schema;
@@ -54,11 +54,18 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   if (!layout.ok()) return InvalidArgument("--data: ", layout.status().message());
   absl::StatusOr<CsvLayout> test_layout = TableLayout(data.test_spec());
   if (!test_layout.ok()) return InvalidArgument("--test_data: ", test_layout.status().message());
+  absl::StatusOr<CsvTable> table = OpenCsvTable(data.spec().path, *layout);
+  if (!table.ok()) return table.status();
+  // A LibSVM test file has the training file's columns: an index training never saw has no
+  // weight to meet.
+  absl::StatusOr<CsvTable> test_table = OpenCsvTable(
+      data.test_spec().path, layout->libsvm && test_layout->libsvm ? table->layout : *test_layout);
+  if (!test_table.ok()) return test_table.status();
   TextOptions training;
   training.bad_lines =
       config.skip_bad_lines ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
   training.end_record = data.train_records();
-  absl::StatusOr<Schema> schema = SchemaOf(config, data, *layout, training);
+  absl::StatusOr<Schema> schema = SchemaOf(config, *table, training);
   if (!schema.ok()) return schema.status();
   if (!config.objective.empty()) {
     schema->task = config.objective == "regression" ? Schema::Task::kRegression
@@ -69,14 +76,12 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
     // TensorFlow's DNNClassifier reads them through indicator columns.
     for (ColumnSpec& c : schema->columns) c.indicator = c.kind != ColumnSpec::Kind::kNumeric;
   }
-  absl::StatusOr<FeatureStats> stats =
-      ComputeCsvStats(*schema, data.spec().path, *layout, training);
+  absl::StatusOr<FeatureStats> stats = ComputeCsvStats(*schema, *table, training);
   if (!stats.ok()) return stats.status();
   TabularData t;
   t.schema_json = schema->ToJson();
   t.stats_json = stats->ToJson();
-  absl::StatusOr<Transform> transform =
-      CsvTransform(*schema, *stats, data.test_spec().path, *test_layout);
+  absl::StatusOr<Transform> transform = CsvTransform(*schema, *stats, *test_table);
   if (!transform.ok()) return transform.status();
   t.shape = transform->shape();
   t.regression = schema->task == Schema::Task::kRegression;
@@ -85,8 +90,7 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   TextOptions held_out = training;
   held_out.first_record = data.test_begin();
   held_out.end_record = data.test_end();
-  absl::StatusOr<Examples> test =
-      ReadCsvThrough(*transform, data.test_spec().path, *test_layout, held_out);
+  absl::StatusOr<Examples> test = ReadCsvThrough(*transform, *test_table, held_out);
   if (!test.ok()) return test.status();
   t.test = *std::move(test);
   spdlog::info("schema: {} dense inputs, {} categorical fields, {} classes over {} rows",

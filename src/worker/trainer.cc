@@ -137,14 +137,15 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   if (!stats.ok()) return stats.status();
   absl::StatusOr<CsvLayout> layout = TableLayout(*data);
   if (!layout.ok()) return layout.status();
-  absl::StatusOr<Transform> transform =
-      CsvTransform(*std::move(schema), *std::move(stats), data->path, *layout);
+  absl::StatusOr<CsvTable> table = OpenCsvTable(data->path, *layout);
+  if (!table.ok()) return table.status();
+  absl::StatusOr<Transform> transform = CsvTransform(*std::move(schema), *std::move(stats), *table);
   if (!transform.ok()) return transform.status();
   TextOptions range;
   range.first_record = begin;
   range.end_record = end;
   range.bad_lines = bad_lines;
-  return ReadCsvThrough(*transform, data->path, *layout, range);
+  return ReadCsvThrough(*transform, *table, range);
 }
 
 absl::Status CheckShard(const TrainingSpec& spec, const Examples& data) {
