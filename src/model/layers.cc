@@ -33,7 +33,12 @@ void DenseBackward(const Eigen::Ref<const Matrix>& x, const Eigen::Ref<const Mat
   // dw = x^T dy: (in x n) (n x out)
   gemm::Sgemm(true, false, x.cols(), dy.cols(), x.rows(), x.data(), Stride(x), dy.data(), dy.cols(),
               0.0f, dw, w.cols());
-  Eigen::Map<Vector>(db, w.cols()).noalias() = dy.colwise().sum();
+  Eigen::Map<Vector> bias_grad(db, w.cols());
+  if (dy.rows() == 0) {
+    bias_grad.setZero();  // a column sum of no rows would offset dy's null data pointer
+  } else {
+    bias_grad.noalias() = dy.colwise().sum();
+  }
   if (dx != nullptr) {
     dx->resize(dy.rows(), w.rows());
     // dx = dy w^T: (n x out) (out x in)

@@ -396,7 +396,10 @@ class Table final : public EmbeddingTable {
   // push are distinct, so each row's check sees the state its update starts from.)
   absl::Status CheckLocked(const uint64_t* keys, int64_t n, const float* grads) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    const auto [lr, gs] = RateAndScale(n, grads);
+    // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
+    const std::pair<double, float> rate = RateAndScale(n, grads);
+    const double lr = rate.first;
+    const float gs = rate.second;
     int64_t bad = -1;
     ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, false,
                [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -418,7 +421,10 @@ class Table final : public EmbeddingTable {
 
   uint64_t ApplyLocked(const uint64_t* keys, int64_t n, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const auto [lr, gs] = RateAndScale(n, grads);
+    // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
+    const std::pair<double, float> rate = RateAndScale(n, grads);
+    const double lr = rate.first;
+    const float gs = rate.second;
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
     ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, evicts_,

@@ -71,7 +71,10 @@ std::pair<double, float> ScheduledOptimizer::RateAndScale(Chunks grad, int64_t s
 void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) {
   assert(n == n_);
   (void)n;
-  const auto [lr, grad_scale] = RateAndScale(grad, step);
+  // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
+  const std::pair<double, float> rate = RateAndScale(grad, step);
+  const double lr = rate.first;
+  const float grad_scale = rate.second;
   BeginUpdate();
   grad([&](int64_t begin, const float* g, int64_t count) {
     Update(weights + begin, g, begin, count, lr, grad_scale, /*write=*/true);
@@ -82,7 +85,10 @@ int64_t ScheduledOptimizer::FirstNonFiniteUpdate(const float* weights, Chunks gr
                                                  int64_t step) {
   assert(n == n_);
   (void)n;
-  const auto [lr, grad_scale] = RateAndScale(grad, step);
+  // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
+  const std::pair<double, float> rate = RateAndScale(grad, step);
+  const double lr = rate.first;
+  const float grad_scale = rate.second;
   // Update without `write` only reads through its weights pointer.
   float* w = const_cast<float*>(weights);
   int64_t bad = -1;
