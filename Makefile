@@ -6,8 +6,9 @@
 #               for this machine's vector units) in $(NATIVE_BUILD), and run the benchmarks there
 #               (medians and ratios to their baselines); the other targets build portably
 # make test-sanitize  build the unit tests and the pstrain binary with AddressSanitizer and
-#               UndefinedBehaviorSanitizer (g++) in $(SANITIZE_BUILD) and run the unit tests and a
-#               few cluster tests there; any sanitizer report fails the run (scripts/test_sanitize.sh)
+#               UndefinedBehaviorSanitizer (clang-14, -O1) in $(SANITIZE_BUILD) and run the unit
+#               tests and a few cluster tests there; any sanitizer report fails the run
+#               (scripts/test_sanitize.sh)
 # make fuzz     build the libFuzzer targets of fuzz/ with clang-14 (ASan, UBSan) in $(FUZZ_BUILD)
 #               and run each for FUZZ_SECONDS seconds from its seed corpus; any crash, leak or
 #               sanitizer report fails the run (fuzz/run.sh)
@@ -53,8 +54,8 @@ test: build
 	  exit $$rc
 
 test-sanitize: setup-test
-	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTRAIN_BUILD_TESTS=ON \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPSTRAIN_BUILD_TESTS=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
 	  -DPSTRAIN_SANITIZE=address,undefined >/dev/null
 	bash scripts/test_sanitize.sh $(SANITIZE_BUILD) $(JOBS)
 
