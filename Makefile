@@ -54,8 +54,9 @@ test: build
 	  exit $$rc
 
 test-sanitize: setup-test
-	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPSTRAIN_BUILD_TESTS=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTRAIN_BUILD_TESTS=ON \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
 	  -DPSTRAIN_SANITIZE=address,undefined >/dev/null
 	bash scripts/test_sanitize.sh $(SANITIZE_BUILD) $(JOBS)
 

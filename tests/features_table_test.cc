@@ -1,5 +1,6 @@
-// A table read through a schema: a CSV file with or without a header and Criteo's TSV, their
-// statistics, schemas inferred from them, and the rows of a range through their transform.
+// A table read through a schema: a CSV file with or without a header, Criteo's TSV and a LibSVM
+// file, their statistics, schemas inferred from them, and the rows of a range through their
+// transform.
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -233,6 +234,13 @@ TEST(FeatureTableTest, ALibSvmFileIsATableOfColumnsByFeatureIndex) {
               AllOf(HasSubstr(bad.path + ":2: "), HasSubstr("strictly increasing")));
   EXPECT_THAT(RefusalOfColumn(*table, "label", "f7"),
               AllOf(HasSubstr("\"f7\""), HasSubstr("columns are label and f1 to f4")));
+  // Under kSkip a line that is not LibSVM is skipped and counted.
+  TextOptions skip;
+  skip.bad_lines = TextOptions::BadLines::kSkip;
+  absl::StatusOr<Examples> skipped = ReadCsvThrough(fit->transform, *bad_table, skip);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_THAT(skipped->records, ElementsAre(0));
+  EXPECT_EQ(skipped->bad_lines_skipped, 1);
   // A test file read with the training file's columns drops an index they lack.
   const TempFile test("feature_table_test.svm", "+1 1:3 4:2 9:7\n");
   absl::StatusOr<CsvTable> test_table = OpenCsvTable(test.path, table->layout);
@@ -252,6 +260,8 @@ TEST(FeatureTableTest, ALibSvmFileIsATableOfColumnsByFeatureIndex) {
               AllOf(HasSubstr(wide.path), HasSubstr("sparse"), HasSubstr("without --schema")));
   const TempFile empty("feature_table_empty.svm", "\n");
   EXPECT_THAT(OpenCsvTable(empty.path, *layout).status().message(), HasSubstr("empty file"));
+  EXPECT_THAT(OpenCsvTable(empty.path, table->layout).status().message(), HasSubstr("empty file"));
+  EXPECT_FALSE(OpenCsvTable(::testing::TempDir() + "/none.svm", table->layout).ok());
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ InferSchemaCommand::InferSchemaCommand(CLI::App* app)
   cmd_->add_option("--data", data_,
                    "csv:PATH, a CSV file (plain or gzip) whose first line "
                    "names the columns (all numbers: no header, columns c1, c2, ...), "
-                   "libsvm:PATH (columns label, f1, f2, ... by feature index) or "
+                   "libsvm:PATH (columns label, f1 (or f0), f2, ... by feature index) or "
                    "criteo:PATH, Criteo's TSV (label, I1 to I13, C1 to C26)")
       ->required();
   cmd_->add_option("--label", label_, "the label column's name (default: the first column)");

@@ -207,7 +207,7 @@ class SchemaInferrer {
   std::unique_ptr<State> state_;
 };
 
-// ---- A CSV table read through a schema: what the chief and the workers train on. ----
+// ---- A table read through a schema: what the chief and the workers train on. ----
 // Record 0 of such a file (its first non-blank line) is the header, the columns' names, and the
 // rows follow; a file whose first record is numbers and missing values (at least one number)
 // has no header, as `--data csv:` tells one without a schema, and its columns are named c1,
@@ -220,11 +220,11 @@ class SchemaInferrer {
 // as above.
 //
 // A LibSVM file ("label index:value ...") is a table too, its features as numeric columns: the
-// label, then a column per index from the lowest (0 or 1) to the highest the file has, named
-// f<index>, an index a line lacks being 0, as LibSVM means it. OpenCsvTable finds the indices in
-// one pass, at most kMaxLibSvmColumns of them (more is a sparse file: read it without a schema,
-// as --data libsvm: does); given names (the training file's, for its test file) it keeps them
-// and drops the indices outside them.
+// label, then a column per index from 0 or 1 (0 if the file has it) to the highest the file
+// has, named f<index>, an index a line lacks being 0, as LibSVM means it. OpenCsvTable finds the
+// indices in one pass, at most kMaxLibSvmColumns columns (more is a sparse file: read it without
+// a schema, as --data libsvm: does); given names (the training file's, for its test file) it
+// keeps them and drops the indices outside them.
 constexpr int64_t kMaxLibSvmColumns = 10000;
 struct CsvLayout {
   CsvLayout(char d = ',') : delimiter(d) {}  // NOLINT: a delimiter is a layout

@@ -1,5 +1,5 @@
-// A CSV table read through a schema: its header, a schema inferred from it, the statistics of
-// its training rows, and its rows as a model's inputs.
+// A table read through a schema (a CSV file, Criteo's TSV or a LibSVM file): its header, a
+// schema inferred from it, the statistics of its training rows, and its rows as a model's inputs.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -101,22 +101,21 @@ absl::StatusOr<int64_t> ForEachRow(const CsvTable& table, const TextOptions& opt
 absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) {
   CsvTable table{path, layout, {}};
   table.header.in_file = false;
-  if (!layout.names.empty()) {
-    table.header.names = layout.names;
-    return table;
-  }
+  const bool named = !layout.names.empty();
   uint64_t lowest = UINT64_MAX, highest = 0;
   int64_t records = 0;
   std::vector<LibSvmFeature> features;
   std::string joined;
-  TextOptions all;
-  all.bad_lines = TextOptions::BadLines::kSkip;
+  TextOptions scan;
+  scan.bad_lines = TextOptions::BadLines::kSkip;
+  if (named) scan.end_record = 1;  // the columns are known: only whether there is a row
   absl::StatusOr<int64_t> read = ForEachCsvRecord(
-      path, '\t', all, [&](const std::vector<absl::string_view>& parts, int64_t, int64_t) {
+      path, '\t', scan, [&](const std::vector<absl::string_view>& parts, int64_t, int64_t) {
         ++records;
-        joined = absl::StrJoin(parts, "\t");
+        const absl::string_view line =
+            parts.size() == 1 ? parts[0] : (joined = absl::StrJoin(parts, "\t"));
         absl::string_view label;
-        if (SplitLibSvmLine(joined, &label, &features).ok() && !features.empty()) {
+        if (SplitLibSvmLine(line, &label, &features).ok() && !features.empty()) {
           lowest = std::min(lowest, features.front().index);
           highest = std::max(highest, features.back().index);
         }
@@ -126,11 +125,16 @@ absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) 
   if (records == 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": empty file (a LibSVM file of rows)"));
   }
+  if (named) {
+    table.header.names = layout.names;
+    return table;
+  }
   table.layout.first_index = std::min<uint64_t>(lowest, 1);
   if (highest >= table.layout.first_index + kMaxLibSvmColumns) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": feature indices up to ", highest, ", more than the ", kMaxLibSvmColumns,
-        " columns a schema reads from a LibSVM file; its features are sparse: train on it "
+        " columns (indices from 0 or 1 to the highest) a schema reads from a LibSVM file; its "
+        "features are sparse: train on it "
         "without --schema (--data libsvm:",
         path, " reads them as sparse features)"));
   }

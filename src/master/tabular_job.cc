@@ -2,6 +2,7 @@
 // the schema (a file, or inferred from the training records), the statistics of the training
 // records, and the held-out examples through them.
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -23,22 +24,25 @@ absl::StatusOr<std::string> ReadSchemaFile(const std::string& path) {
   return text.str();
 }
 
-absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const CsvTable& table,
-                                const TextOptions& training) {
-  if (config.schema != kInferredSchema) {
-    absl::StatusOr<std::string> text = ReadSchemaFile(config.schema);
-    if (!text.ok()) return text.status();
-    const std::string source = absl::StrCat("--schema ", config.schema);
-    if (absl::EndsWith(config.schema, ".yaml") || absl::EndsWith(config.schema, ".yml")) {
-      return Schema::FromYaml(*text, source);
-    }
-    if (!nlohmann::json::accept(*text)) {
-      return InvalidArgument(source,
-                             ": not valid JSON (a schema in YAML is read from a file "
-                             "named *.yaml or *.yml)");
-    }
-    return Schema::FromJson(*text, source);
+// The schema of --schema FILE (JSON, or YAML by the file's name).
+absl::StatusOr<Schema> SchemaFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadSchemaFile(path);
+  if (!text.ok()) return text.status();
+  const std::string source = absl::StrCat("--schema ", path);
+  if (absl::EndsWith(path, ".yaml") || absl::EndsWith(path, ".yml")) {
+    return Schema::FromYaml(*text, source);
   }
+  if (!nlohmann::json::accept(*text)) {
+    return InvalidArgument(source,
+                           ": not valid JSON (a schema in YAML is read from a file "
+                           "named *.yaml or *.yml)");
+  }
+  return Schema::FromJson(*text, source);
+}
+
+// The schema --schema auto infers from the training records of `table`.
+absl::StatusOr<Schema> InferredSchemaOf(const JobConfig& config, const CsvTable& table,
+                                        const TextOptions& training) {
   // An MLP bends numbers by itself; a one-hot code would lose their order (docs/features.md).
   absl::StatusOr<InferredSchema> inferred =
       InferCsvSchema(table, config.label, training, config.model != "mlp");
@@ -50,6 +54,12 @@ absl::StatusOr<Schema> SchemaOf(const JobConfig& config, const CsvTable& table,
 }  // namespace
 
 absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data) {
+  // A schema file is read before the data, so that its mistakes are named at once.
+  std::optional<absl::StatusOr<Schema>> given;
+  if (config.schema != kInferredSchema) {
+    given = SchemaFile(config.schema);
+    if (!given->ok()) return given->status();
+  }
   absl::StatusOr<CsvLayout> layout = TableLayout(data.spec());
   if (!layout.ok()) return InvalidArgument("--data: ", layout.status().message());
   absl::StatusOr<CsvLayout> test_layout = TableLayout(data.test_spec());
@@ -65,7 +75,8 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   training.bad_lines =
       config.skip_bad_lines ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
   training.end_record = data.train_records();
-  absl::StatusOr<Schema> schema = SchemaOf(config, *table, training);
+  absl::StatusOr<Schema> schema =
+      given.has_value() ? *std::move(given) : InferredSchemaOf(config, *table, training);
   if (!schema.ok()) return schema.status();
   if (!config.objective.empty()) {
     schema->task = config.objective == "regression" ? Schema::Task::kRegression

@@ -129,7 +129,7 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   const TextOptions::BadLines bad_lines =
       spec.skip_bad_lines() ? TextOptions::BadLines::kSkip : TextOptions::BadLines::kStop;
   if (spec.schema().empty()) return ReadTrainingRecords(*data, begin, end, bad_lines);
-  // A CSV table through the chief's schema and statistics (features/features.h).
+  // A table (CSV, Criteo, LibSVM) through the chief's schema and statistics (features/features.h).
   absl::StatusOr<Schema> schema = Schema::FromJson(spec.schema(), "the job's schema");
   if (!schema.ok()) return schema.status();
   absl::StatusOr<FeatureStats> stats =
