@@ -6,7 +6,7 @@
 #               for this machine's vector units) in $(NATIVE_BUILD), and run the benchmarks there
 #               (medians and ratios to their baselines); the other targets build portably
 # make test-sanitize  build the unit tests and the pstrain binary with AddressSanitizer and
-#               UndefinedBehaviorSanitizer (clang-14, -O1) in $(SANITIZE_BUILD) and run the unit
+#               UndefinedBehaviorSanitizer (clang-14, -O1 -g0) in $(SANITIZE_BUILD) and run the unit
 #               tests and a few cluster tests there; any sanitizer report fails the run
 #               (scripts/test_sanitize.sh)
 # make fuzz     build the libFuzzer targets of fuzz/ with clang-14 (ASan, UBSan) in $(FUZZ_BUILD)
@@ -56,7 +56,7 @@ test: build
 test-sanitize: setup-test
 	@cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTRAIN_BUILD_TESTS=ON \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g0 -DNDEBUG" \
 	  -DPSTRAIN_SANITIZE=address,undefined >/dev/null
 	bash scripts/test_sanitize.sh $(SANITIZE_BUILD) $(JOBS)
 
