@@ -37,6 +37,15 @@ TEST(TrainingFlagsTest, ATablesDefaultsDependOnTheModel) {
     const JobConfig c = Parse({"--model", deep, "--schema", "auto"});
     EXPECT_DOUBLE_EQ(c.optimizer.learning_rate(), 0.003) << deep;
     EXPECT_EQ(c.optimizer.schedule().kind(), std::string(deep) == "mlp" ? "constant" : "cosine");
+    // The chief makes an mlp's regression cosine once it knows the task.
+    EXPECT_EQ(c.cosine_if_regression, std::string(deep) == "mlp") << deep;
+  }
+  EXPECT_FALSE(Parse({"--model", "linear", "--schema", "auto"}).cosine_if_regression);
+  EXPECT_FALSE(Parse({"--model", "mlp"}).cosine_if_regression);
+  for (const char* flag : {"--lr_schedule", "--min_lr"}) {
+    const std::string value = std::string(flag) == "--min_lr" ? "0" : "constant";
+    EXPECT_FALSE(Parse({"--model", "mlp", "--schema", "auto", flag, value}).cosine_if_regression)
+        << flag;
   }
   // Without a schema, the CTR models keep theirs: only wide_deep decays.
   EXPECT_EQ(Parse({"--model", "linear"}).optimizer.schedule().kind(), "constant");

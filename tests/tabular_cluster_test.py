@@ -157,15 +157,17 @@ def test_an_mlp_on_integer_pixels_and_ten_classes_matches_scikit_learn(tmp_path)
     assert np.mean(got) >= np.mean(reference) - 0.01, (got, reference)
 
 
-def test_a_linear_regression_on_a_numeric_target_matches_ridge(tmp_path):
+def test_every_model_regresses_a_numeric_target_within_five_percent_of_ridge(tmp_path):
     """Diabetes: 10 numeric columns of scales 1 to 300 and a progression score of 25..346,
-    inferred a regression target. With default flags (--epochs auto), the linear model's RMSE
-    over 5 folds is within 5% of scikit-learn's Ridge on standardized columns, and its RMSE and
+    inferred a regression target. With default flags (--epochs auto), each model's RMSE over 5
+    folds is within 5% of scikit-learn's Ridge on standardized columns (the MLP's by the cosine
+    decay it takes for a regression: at a constant rate it was 6-10% behind), and its RMSE and
     MAE agree with those of its own predictions' order of magnitude (MAE <= RMSE)."""
     data = load_diabetes(scaled=False)
     X, y = data.data, data.target
     header = ["progression"] + list(data.feature_names)
-    got, reference = [], []
+    models = ["linear", "mlp", "wide_deep"]
+    got, reference = {m: [] for m in models}, []
     for train, test in KFold(5, shuffle=True, random_state=7).split(X):
         for name, rows in (("train", train), ("test", test)):
             write_csv(tmp_path / ("%s.csv" % name), header,
@@ -174,11 +176,13 @@ def test_a_linear_regression_on_a_numeric_target_matches_ridge(tmp_path):
         ridge = Ridge(alpha=1.0).fit(scaler.transform(X[train]), y[train])
         error = ridge.predict(scaler.transform(X[test])) - y[test]
         reference.append(np.sqrt(np.mean(error ** 2)))
-        r = result(launch(tmp_path, "--model", "linear", "--schema", "auto"))
-        assert r["test_examples"] == len(test) and 0 < r["mae"] <= r["rmse"], r
-        assert "auc" not in r and "test_accuracy" not in r, r
-        got.append(r["rmse"])
-    assert np.mean(got) <= 1.05 * np.mean(reference), (got, reference)
+        for m in models:
+            r = result(launch(tmp_path, "--model", m, "--schema", "auto"))
+            assert r["test_examples"] == len(test) and 0 < r["mae"] <= r["rmse"], r
+            assert "auc" not in r and "test_accuracy" not in r, r
+            got[m].append(r["rmse"])
+    for m in models:
+        assert np.mean(got[m]) <= 1.05 * np.mean(reference), (m, got[m], reference)
     # The same target as a written schema's regression, named by --label for an inferred one.
     write_csv(tmp_path / "train.csv", header[1:] + header[:1],
               [["%.17g" % v for v in X[r]] + ["%.17g" % y[r]] for r in train])

@@ -59,6 +59,10 @@ absl::StatusOr<JobResult> Job::Run() {
                    model_job_->train_records());
     }
     task_rows_ = config_.TaskRows(model_job_->train_records(), static_cast<int>(workers_.size()));
+    if (config_.cosine_if_regression && model_job_->regression()) {
+      config_.optimizer.mutable_schedule()->set_kind("cosine");
+      spdlog::info("--lr_schedule cosine: an mlp's regression decays its rate");
+    }
     SetScheduleLength();
   } else {
     task_rows_ = config_.TaskRows(config_.rows, static_cast<int>(workers_.size()));

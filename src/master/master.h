@@ -76,6 +76,9 @@ struct JobConfig {
   int end_delay_ms =
       0;  // for tests: and this long after it told the tasks to stop, before it returns
   OptimizerConfig optimizer;  // name "adam", learning rate 0.001 unless set
+  // The schedule was left to the model (mlp through a schema): the chief, which knows the task
+  // once it has read the schema, makes a regression's cosine (docs/features.md).
+  bool cosine_if_regression = false;
   int batch_size = 64;
   int epochs = 3;  // kAutoEpochs: chosen from the training records (EpochsFor)
   uint64_t seed = 1;

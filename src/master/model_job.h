@@ -53,6 +53,7 @@ class ModelJob {
   static absl::StatusOr<std::unique_ptr<ModelJob>> Prepare(const JobConfig& config, int num_ps);
 
   int64_t train_records() const { return data_.train_records(); }
+  bool regression() const { return model_config_.regression; }
   const Model& model() const { return *model_; }
 
   // Creates the dense variables through `placer` with `optimizer` (the job's, its schedule's
