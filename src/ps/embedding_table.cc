@@ -376,30 +376,20 @@ class Table final : public EmbeddingTable {
     return slot;
   }
 
-  // The learning rate of the next update and the clipping scale of its n gradient rows:
-  // clip_norm / max(norm, clip_norm) over the whole push (1 when not clipping).
-  std::pair<double, float> RateAndScale(int64_t n, const float* grads) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    const OptimizerConfig& o = def_.optimizer();
-    float gs = 1.0f;
-    if (o.clip_norm() > 0.0) {
+  // The next update's rate, its n gradient rows clipped as one (the norm of the whole push).
+  StepRate RateAndScale(int64_t n, const float* grads) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return RateOfStep(def_.optimizer(), static_cast<int64_t>(version_), [&] {
       double sum_sq = 0.0;
       for (int64_t i = 0; i < n * dim_; ++i) sum_sq += static_cast<double>(grads[i]) * grads[i];
-      if (const double norm = std::sqrt(sum_sq); norm > o.clip_norm()) {
-        gs = static_cast<float>(o.clip_norm() / norm);
-      }
-    }
-    return {ScheduledLearningRate(o, static_cast<int64_t>(version_)), gs};
+      return sum_sq;
+    });
   }
 
   // CheckUpdate under the lock: the update of every row computed, nothing written. (Keys of one
   // push are distinct, so each row's check sees the state its update starts from.)
   absl::Status CheckLocked(const uint64_t* keys, int64_t n, const float* grads) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
-    const std::pair<double, float> rate = RateAndScale(n, grads);
-    const double lr = rate.first;
-    const float gs = rate.second;
+    const StepRate rate = RateAndScale(n, grads);
     int64_t bad = -1;
     ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, false,
                [&](int64_t i, uint32_t slot) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -407,7 +397,8 @@ class Table final : public EmbeddingTable {
                  const uint32_t t = rule_ == Rule::kAdam ? rows_.step_count(slot) + 1 : 0;
                  // UpdateRow without `write` only reads the row.
                  float* row = const_cast<float*>(rows_.floats(slot));
-                 if (UpdateRow(row, t, grads + i * dim_, gs, lr, /*write=*/false)) return true;
+                 if (UpdateRow(row, t, grads + i * dim_, rate.grad_scale, rate.lr, false))
+                   return true;
                  bad = i;
                  return false;
                });
@@ -421,10 +412,7 @@ class Table final : public EmbeddingTable {
 
   uint64_t ApplyLocked(const uint64_t* keys, int64_t n, const float* grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
-    const std::pair<double, float> rate = RateAndScale(n, grads);
-    const double lr = rate.first;
-    const float gs = rate.second;
+    const StepRate rate = RateAndScale(n, grads);
     const uint64_t step = version_ + 1;
     int64_t applied = 0;
     ForEachKey(keys, n, int64_t{fpr_} * kFloatBytes, evicts_,
@@ -432,7 +420,7 @@ class Table final : public EmbeddingTable {
                  if (slot == RowStore::kNil) return true;
                  // The row's own step count: lazy Adam, as TensorFlow's sparse Adam.
                  const uint32_t t = rule_ == Rule::kAdam ? ++rows_.step_count(slot) : 0;
-                 UpdateRow(rows_.floats(slot), t, grads + i * dim_, gs, lr, /*write=*/true);
+                 UpdateRow(rows_.floats(slot), t, grads + i * dim_, rate.grad_scale, rate.lr, true);
                  rows_.Touch(slot, step);
                  ++applied;
                  return true;

@@ -52,32 +52,36 @@ void ScheduledOptimizer::Apply(float* weights, const float* grad, int64_t n, int
       weights, [grad, n](ChunkSink fn) { fn(0, grad, n); }, n, step);
 }
 
-std::pair<double, float> ScheduledOptimizer::RateAndScale(Chunks grad, int64_t step) const {
+StepRate RateOfStep(const OptimizerConfig& config, int64_t step,
+                    absl::FunctionRef<double()> sum_of_squares) {
   float grad_scale = 1.0f;
-  if (const double clip = config_.clip_norm(); clip > 0.0) {
+  if (const double clip = config.clip_norm(); clip > 0.0) {
+    // clip / max(norm, clip): exactly 1 (no change) unless the norm exceeds clip.
+    if (const double norm = std::sqrt(sum_of_squares()); norm > clip) {
+      grad_scale = static_cast<float>(clip / norm);
+    }
+  }
+  return {ScheduledLearningRate(config, step), grad_scale};
+}
+
+StepRate ScheduledOptimizer::RateAndScale(Chunks grad, int64_t step) const {
+  return RateOfStep(config_, step, [grad] {
     // One running sum in element order, whatever the chunks: the norm of the whole gradient.
     double sum_sq = 0.0;
     grad([&sum_sq](int64_t, const float* g, int64_t count) {
       for (int64_t i = 0; i < count; ++i) sum_sq += static_cast<double>(g[i]) * g[i];
     });
-    // clip / max(norm, clip): exactly 1 (no change) unless the norm exceeds clip.
-    if (const double norm = std::sqrt(sum_sq); norm > clip) {
-      grad_scale = static_cast<float>(clip / norm);
-    }
-  }
-  return {ScheduledLearningRate(config_, step), grad_scale};
+    return sum_sq;
+  });
 }
 
 void ScheduledOptimizer::ApplyChunks(float* weights, Chunks grad, int64_t n, int64_t step) {
   assert(n == n_);
   (void)n;
-  // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
-  const std::pair<double, float> rate = RateAndScale(grad, step);
-  const double lr = rate.first;
-  const float grad_scale = rate.second;
+  const StepRate rate = RateAndScale(grad, step);
   BeginUpdate();
   grad([&](int64_t begin, const float* g, int64_t count) {
-    Update(weights + begin, g, begin, count, lr, grad_scale, /*write=*/true);
+    Update(weights + begin, g, begin, count, rate.lr, rate.grad_scale, /*write=*/true);
   });
 }
 
@@ -85,18 +89,15 @@ int64_t ScheduledOptimizer::FirstNonFiniteUpdate(const float* weights, Chunks gr
                                                  int64_t step) {
   assert(n == n_);
   (void)n;
-  // Named, not bound: a lambda below uses them (clang 14 cannot capture a binding).
-  const std::pair<double, float> rate = RateAndScale(grad, step);
-  const double lr = rate.first;
-  const float grad_scale = rate.second;
+  const StepRate rate = RateAndScale(grad, step);
   // Update without `write` only reads through its weights pointer.
   float* w = const_cast<float*>(weights);
   int64_t bad = -1;
   grad([&](int64_t begin, const float* g, int64_t count) {
-    if (bad >= 0 || Update(w + begin, g, begin, count, lr, grad_scale, /*write=*/false)) return;
+    if (bad >= 0 || Update(w + begin, g, begin, count, rate.lr, rate.grad_scale, false)) return;
     // The chunk has a bad element: find it one element at a time (a refused push only).
     for (int64_t i = 0; i < count; ++i) {
-      if (!Update(w + begin + i, g + i, begin + i, 1, lr, grad_scale, /*write=*/false)) {
+      if (!Update(w + begin + i, g + i, begin + i, 1, rate.lr, rate.grad_scale, false)) {
         bad = begin + i;
         return;
       }

@@ -114,6 +114,16 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig
 // Expects a config that ValidateOptimizerConfig accepts; for an invalid schedule it returns lr.
 double ScheduledLearningRate(const OptimizerConfig& config, int64_t step);
 
+// What one update applies: the scheduled learning rate and the gradient's clipping scale,
+// config.clip_norm / max(norm, config.clip_norm) (1 when not clipping). `sum_of_squares`
+// returns the squared L2 norm of the whole gradient, in double; it is called only when clipping.
+struct StepRate {
+  double lr;
+  float grad_scale;
+};
+StepRate RateOfStep(const OptimizerConfig& config, int64_t step,
+                    absl::FunctionRef<double()> sum_of_squares);
+
 // ---- Implementations (CreateOptimizer builds these; hyper-parameters already validated) ------
 
 // Schedule and clipping, shared by all optimizers: Apply computes the learning rate and the
@@ -144,8 +154,8 @@ class ScheduledOptimizer : public Optimizer {
   const int64_t n_;
 
  private:
-  // The learning rate at `step` and the clipping scale of `grad` (1 when not clipping).
-  std::pair<double, float> RateAndScale(Chunks grad, int64_t step) const;
+  // RateOfStep of `grad`'s norm.
+  StepRate RateAndScale(Chunks grad, int64_t step) const;
 
   const OptimizerConfig config_;
 };
