@@ -106,7 +106,8 @@ TEST_F(TextReaderTest, LibSvmBadLines) {
        {Case{"1 3:1 2:1", "indices must be strictly increasing"},
         Case{"1 3:1 3:2", "indices must be strictly increasing"},
         Case{"1 a:1", "\"a:1\" is not index:value"}, Case{"1 4", "\"4\" is not index:value"},
-        Case{"1 -2:1", "is not index:value"}, Case{"y 1:1", "label \"y\""}}) {
+        Case{"1 -2:1", "is not index:value"}, Case{"y 1:1", "label \"y\""},
+        Case{"1 03:x", "feature \"03:x\": value \"x\" is not a finite number"}}) {
     const std::string path = Write("bad.svm", "0 1:1\n" + c.line + "\n");
     absl::StatusOr<Examples> e = ReadLibSvm(path, {});
     ASSERT_FALSE(e.ok()) << c.line;

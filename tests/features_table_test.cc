@@ -202,9 +202,10 @@ TEST(FeatureTableTest, ALibSvmFileIsATableOfColumnsByFeatureIndex) {
   absl::StatusOr<CsvLayout> layout = TableLayout(spec);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_TRUE(layout->libsvm);
-  // Indices 1 to 4 (2 on no line but within them), tabs or spaces, a comment; absent is 0.
+  // Indices 1 to 4 (2 on no line but within them), tabs or spaces, a comment (a quote in it is
+  // text), a byte order mark; absent is 0.
   const TempFile file("feature_table.svm",
-                      "+1 1:0.5 3:2\n-1\t4:1 # four\n\n+1 1:1.5\t3:4\n-1 1:y 3:2\n");
+                      "\xEF\xBB\xBF+1 1:0.5 3:2\n-1\t4:1 #\t\"four\n\n+1 1:1.5\t3:4\n-1 1:y 3:2\n");
   absl::StatusOr<CsvTable> table = OpenCsvTable(file.path, *layout);
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_THAT(table->header.names, ElementsAre("label", "f1", "f2", "f3", "f4"));

@@ -119,6 +119,15 @@ def test_a_libsvm_file_goes_through_an_inferred_schema_as_numeric_columns(tmp_pa
     schema = json.loads(inferred.stdout)
     assert schema["label"] == "label", schema
     assert [c["name"] for c in schema["columns"]] == ["f%d" % i for i in range(1, 31)], schema
+    # Sparse indices up to 20,000 are not a table of columns: the chief refuses the job before
+    # it trains, naming the file and the way to train on it.
+    sparse = tmp_path / "sparse.svm"
+    sparse.write_text("1 3:1 20000:1\n0 7:1\n")
+    r = run_cluster(tmp_path, "--model", "linear", "--schema", "auto",
+                    "--data", "libsvm:%s" % sparse, "--test_data", "libsvm:%s" % sparse)
+    assert r.returncode != 0, r.stdout
+    assert "%s: feature indices up to 20000" % sparse in r.stderr, r.stderr[-3000:]
+    assert "train on it without --schema" in r.stderr, r.stderr[-3000:]
 
 
 def mlp_against_scikit_learn(tmp_path, X, labels, header, folds):

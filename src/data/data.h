@@ -53,6 +53,17 @@ struct TextOptions {
 // parsing them.
 absl::StatusOr<int64_t> CountRecords(const std::string& path);
 
+// Calls `fn` with each record of a plain or gzip-compressed text file in [options.first_record,
+// options.end_record) as written (its line end and, on line 1, a UTF-8 byte order mark left
+// out), its line number and its record number; the line is valid during the call. Under
+// BadLines::kSkip a record that `fn` refuses with InvalidArgument is skipped and counted (`fn`
+// must then have kept nothing of it); the count is returned. Other errors, or any under kStop,
+// stop the read and are returned as `fn` gave them.
+using LineRangeFn =
+    std::function<absl::Status(absl::string_view line, int64_t line_number, int64_t record)>;
+absl::StatusOr<int64_t> ForEachLine(const std::string& path, const TextOptions& options,
+                                    const LineRangeFn& fn);
+
 struct CsvOptions {
   int label_column = 0;  // the other columns are the dense features, in order
   // kAuto: the first line is a header if any of its fields is not a number.
@@ -96,10 +107,11 @@ absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& 
 // One LibSVM line split into its label and features as written (spaces or tabs between them):
 // `features` gets each "index:value" in order, up to a "# ..." comment. InvalidArgument naming a
 // token that is not index:value or an index not above the previous one. The views point into
-// `line`; the numbers are left to the caller.
+// `line`; the values' numbers are left to the caller.
 struct LibSvmFeature {
   uint64_t index;
   absl::string_view value;
+  absl::string_view token;  // "index:value" as written, for a message
 };
 absl::Status SplitLibSvmLine(absl::string_view line, absl::string_view* label,
                              std::vector<LibSvmFeature>* features);

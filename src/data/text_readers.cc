@@ -119,26 +119,19 @@ class TableBuilder {
 template <typename ParseLine>
 absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& options,
                                    TableBuilder* table, ParseLine parse_line) {
-  LineReader in;
-  if (absl::Status s = in.Open(path); !s.ok()) return s;
-  std::string line;
-  int64_t skipped = 0, record = -1;
-  while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&line)) {
-    if (IsBlank(line)) continue;
-    if (++record < options.first_record) continue;
-    absl::StatusOr<bool> row = parse_line(line, in.number());
-    if (row.ok() && *row) table->RowFrom(record, std::max<int64_t>(options.first_record, 0));
-    if (!row.ok()) {
-      table->DropRow();
-      if (options.bad_lines == TextOptions::BadLines::kStop) {
+  absl::StatusOr<int64_t> skipped =
+      ForEachLine(path, options, [&](absl::string_view line, int64_t number, int64_t record) {
+        absl::StatusOr<bool> row = parse_line(line, number);
+        if (row.ok()) {
+          if (*row) table->RowFrom(record, std::max<int64_t>(options.first_record, 0));
+          return absl::OkStatus();
+        }
+        table->DropRow();
         return absl::InvalidArgumentError(
-            absl::StrCat(path, ":", in.number(), ": ", row.status().message()));
-      }
-      ++skipped;
-    }
-  }
-  if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
-  return table->Finish(skipped);
+            absl::StrCat(path, ":", number, ": ", row.status().message()));
+      });
+  if (!skipped.ok()) return skipped.status();
+  return table->Finish(*skipped);
 }
 
 absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
@@ -204,29 +197,19 @@ absl::Status SplitCsvRecord(absl::string_view line, char delimiter,
   }
 }
 
-absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter,
-                                         const TextOptions& options, const CsvRangeFn& fn) {
+absl::StatusOr<int64_t> ForEachLine(const std::string& path, const TextOptions& options,
+                                    const LineRangeFn& fn) {
   LineReader in;
   if (absl::Status s = in.Open(path); !s.ok()) return s;
-  std::string line;
-  std::vector<std::string> fields;
-  std::vector<absl::string_view> views;
-  if (delimiter == '"' || delimiter == '\n' || delimiter == '\r') {
-    return absl::InvalidArgumentError("a quote or a line end cannot be the delimiter");
-  }
+  std::string text;
   int64_t record = -1, skipped = 0;
-  while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&line)) {
-    // A byte order mark (files saved by spreadsheets) is not part of the first column's name.
-    if (in.number() == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) line.erase(0, 3);
+  while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&text)) {
+    absl::string_view line = text;
+    // A byte order mark (files saved by spreadsheets) is not part of the first record.
+    if (in.number() == 1) absl::ConsumePrefix(&line, "\xEF\xBB\xBF");
     if (IsBlank(line)) continue;
     if (++record < options.first_record) continue;
-    absl::Status s = SplitCsvRecord(line, delimiter, &fields);
-    if (!s.ok()) {
-      s = absl::InvalidArgumentError(absl::StrCat(path, ":", in.number(), ": ", s.message()));
-    } else {
-      views.assign(fields.begin(), fields.end());
-      s = fn(views, in.number(), record);
-    }
+    absl::Status s = fn(line, in.number(), record);
     if (s.ok()) continue;
     if (options.bad_lines == TextOptions::BadLines::kSkip &&
         s.code() == absl::StatusCode::kInvalidArgument) {
@@ -237,6 +220,22 @@ absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter
   }
   if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
   return skipped;
+}
+
+absl::StatusOr<int64_t> ForEachCsvRecord(const std::string& path, char delimiter,
+                                         const TextOptions& options, const CsvRangeFn& fn) {
+  if (delimiter == '"' || delimiter == '\n' || delimiter == '\r') {
+    return absl::InvalidArgumentError("a quote or a line end cannot be the delimiter");
+  }
+  std::vector<std::string> fields;
+  std::vector<absl::string_view> views;
+  return ForEachLine(path, options, [&](absl::string_view line, int64_t number, int64_t record) {
+    if (absl::Status s = SplitCsvRecord(line, delimiter, &fields); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", s.message()));
+    }
+    views.assign(fields.begin(), fields.end());
+    return fn(views, number, record);
+  });
 }
 
 absl::Status ForEachCsvRecord(const std::string& path, char delimiter, const CsvRecordFn& fn) {
@@ -284,7 +283,7 @@ absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
   }
   TableBuilder table(columns - 1);
   return ReadLines(
-      path, options, &table, [&](const std::string& line, int64_t number) -> absl::StatusOr<bool> {
+      path, options, &table, [&](absl::string_view line, int64_t number) -> absl::StatusOr<bool> {
         if (number == 1 && header) return false;
         const std::vector<absl::string_view> fields = absl::StrSplit(line, csv.delimiter);
         if (static_cast<int>(fields.size()) != columns) {
@@ -327,7 +326,7 @@ absl::Status SplitLibSvmLine(absl::string_view line, absl::string_view* label,
                               "): indices must be strictly increasing"));
     }
     previous = static_cast<int64_t>(index);
-    features->push_back({index, tokens[i].substr(colon + 1)});
+    features->push_back({index, tokens[i].substr(colon + 1), tokens[i]});
   }
   return absl::OkStatus();
 }
@@ -336,7 +335,7 @@ absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& 
   TableBuilder table(0);
   std::vector<LibSvmFeature> features;
   return ReadLines(
-      path, options, &table, [&](const std::string& line, int64_t) -> absl::StatusOr<bool> {
+      path, options, &table, [&](absl::string_view line, int64_t) -> absl::StatusOr<bool> {
         absl::string_view label_text;
         if (absl::Status s = SplitLibSvmLine(line, &label_text, &features); !s.ok()) return s;
         float label;
@@ -346,7 +345,8 @@ absl::StatusOr<Examples> ReadLibSvm(const std::string& path, const TextOptions& 
         for (const LibSvmFeature& f : features) {
           float value;
           if (!ParseFloat(f.value, &value)) {
-            return Bad(absl::StrCat("feature \"", f.index, ":", f.value, "\" is not index:value"));
+            return Bad(absl::StrCat("feature \"", f.token, "\": value \"", f.value,
+                                    "\" is not a finite number"));
           }
           table.AddSparse(f.index, value, 0);
         }
@@ -359,7 +359,7 @@ absl::StatusOr<Examples> ReadCriteo(const std::string& path, const TextOptions& 
   TableBuilder table(kCriteoDense);
   constexpr int kFields = 1 + kCriteoDense + kCriteoCategorical;
   return ReadLines(
-      path, options, &table, [&](const std::string& line, int64_t) -> absl::StatusOr<bool> {
+      path, options, &table, [&](absl::string_view line, int64_t) -> absl::StatusOr<bool> {
         const std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
         if (fields.size() != kFields) {
           return Bad(absl::StrCat("expected ", kFields, " tab-separated fields (label, ",

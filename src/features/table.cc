@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "features/features.h"
 #include "features/field.h"
 
@@ -40,22 +39,16 @@ std::string Named(const CsvTable& table) {
                       names.back(), ")");
 }
 
-// A LibSVM record (split at tabs by the CSV reader) as the fields of a row of `layout`'s columns:
-// the label, then each column's value, "0" where the line has no such index. Indices outside the
-// columns are dropped.
+// A LibSVM line as the fields of a row of `layout`'s columns: the label, then each column's
+// value, "0" where the line has no such index. Indices outside the columns are dropped.
 class LibSvmRow {
  public:
   explicit LibSvmRow(const CsvLayout& layout)
       : first_(layout.first_index), fields_(layout.names.size(), kZero) {}
 
-  absl::Status Set(const std::vector<absl::string_view>& parts) {
+  absl::Status Set(absl::string_view line) {
     for (size_t i : set_) fields_[i] = kZero;
     set_.clear();
-    absl::string_view line = parts.empty() ? absl::string_view() : parts[0];
-    if (parts.size() > 1) {
-      line_ = absl::StrJoin(parts, "\t");
-      line = line_;
-    }
     absl::string_view label;
     if (absl::Status s = SplitLibSvmLine(line, &label, &features_); !s.ok()) return s;
     fields_[0] = label;
@@ -75,7 +68,6 @@ class LibSvmRow {
   std::vector<absl::string_view> fields_;
   std::vector<size_t> set_;  // the columns the last line set, put back to "0" by the next
   std::vector<LibSvmFeature> features_;
-  std::string line_;
 };
 
 // Calls `fn` with the fields, line and record number of every row of `table` in `options`' range
@@ -86,14 +78,12 @@ absl::StatusOr<int64_t> ForEachRow(const CsvTable& table, const TextOptions& opt
   const TextOptions rows = RowsOf(options, table.header);
   if (!table.layout.libsvm) return ForEachCsvRecord(table.path, table.layout.delimiter, rows, fn);
   LibSvmRow row(table.layout);
-  return ForEachCsvRecord(
-      table.path, '\t', rows,
-      [&](const std::vector<absl::string_view>& parts, int64_t line, int64_t record) {
-        if (absl::Status s = row.Set(parts); !s.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(table.path, ":", line, ": ", s.message()));
-        }
-        return fn(row.fields(), line, record);
-      });
+  return ForEachLine(table.path, rows, [&](absl::string_view text, int64_t line, int64_t record) {
+    if (absl::Status s = row.Set(text); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(table.path, ":", line, ": ", s.message()));
+    }
+    return fn(row.fields(), line, record);
+  });
 }
 
 // The columns of the LibSVM file `path`: the label and f<first index> to f<last index>, from one
@@ -105,15 +95,11 @@ absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) 
   uint64_t lowest = UINT64_MAX, highest = 0;
   int64_t records = 0;
   std::vector<LibSvmFeature> features;
-  std::string joined;
   TextOptions scan;
-  scan.bad_lines = TextOptions::BadLines::kSkip;
   if (named) scan.end_record = 1;  // the columns are known: only whether there is a row
-  absl::StatusOr<int64_t> read = ForEachCsvRecord(
-      path, '\t', scan, [&](const std::vector<absl::string_view>& parts, int64_t, int64_t) {
+  absl::StatusOr<int64_t> read =
+      ForEachLine(path, scan, [&](absl::string_view line, int64_t, int64_t) {
         ++records;
-        const absl::string_view line =
-            parts.size() == 1 ? parts[0] : (joined = absl::StrJoin(parts, "\t"));
         absl::string_view label;
         if (SplitLibSvmLine(line, &label, &features).ok() && !features.empty()) {
           lowest = std::min(lowest, features.front().index);
