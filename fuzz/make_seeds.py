@@ -246,6 +246,11 @@ def text_seeds():
     write("libsvm_fuzz", "rows", b"\x70" + libsvm.encode())
     write("libsvm_fuzz", "skip-bad", b"\x71" + (libsvm + "1 3:1 2:1\n").encode())
     write("libsvm_fuzz", "range-gzip", b"\x32" + gzip.compress(libsvm.encode(), mtime=0))
+    # As a table of columns: two classes, indices from 0, tabs, a column of few integers.
+    table = "1 0:0.5 2:3\t4:1\n0\t1:2 2:1 # x\n1 2:2 4:1\n0 0:-1.5 2:3\n"
+    write("libsvm_table_fuzz", "rows", b"\x70" + table.encode())
+    write("libsvm_table_fuzz", "skip-bad", b"\x71" + (table + "1 3:1 2:1\n0 1:x\n").encode())
+    write("libsvm_table_fuzz", "range-gzip", b"\x32" + gzip.compress(table.encode(), mtime=0))
     cats = "\t".join(["68fd1e64", "", "05db9164"] + ["%08x" % (i * 7919) for i in range(23)])
     row1 = "\t".join(["1", "5", "", "-1", "0", "12"] + ["3"] * 8) + "\t" + cats
     row0 = "\t".join(["0"] + [""] * 13 + [""] * 26)
@@ -261,6 +266,9 @@ def idx_seeds():
     write("idx_fuzz", "labels", labels)
     write("idx_fuzz", "images", images)
     write("idx_fuzz", "images-gzip", gzip.compress(images, mtime=0))
+    # A finding kept as a seed: a zero dimension after huge ones (the size must not overflow).
+    write("idx_fuzz", "zero-dimension-after-huge-ones", bytes.fromhex(
+        "00000808ff030605070a04090bffffff1f8b08000000000002036360e060666022000000"))
 
 
 def main():
