@@ -236,6 +236,10 @@ struct CsvLayout {
 // The layout of a data file that goes through a schema: csv (commas), criteo (tabs, no
 // header: label, I1 to I13, C1 to C26) or libsvm. InvalidArgument for any other format.
 absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec);
+// The layout of a LibSVM table whose columns are known: the label and `features` columns
+// f<first_index> onwards (as OpenCsvTable found them for the chief; a worker opens its file with
+// them, reading one record instead of the whole file).
+CsvLayout LibSvmLayout(uint64_t first_index, int64_t features);
 
 struct CsvHeader {
   std::vector<std::string> names;

@@ -115,8 +115,8 @@ absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) 
     table.header.names = layout.names;
     return table;
   }
-  table.layout.first_index = std::min<uint64_t>(lowest, 1);
-  if (highest >= table.layout.first_index + kMaxLibSvmColumns) {
+  const uint64_t first = std::min<uint64_t>(lowest, 1);
+  if (highest >= first + kMaxLibSvmColumns) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": feature indices up to ", highest, ", more than the ", kMaxLibSvmColumns,
         " columns (indices from 0 or 1 to the highest) a schema reads from a LibSVM file; its "
@@ -124,13 +124,8 @@ absl::StatusOr<CsvTable> LibSvmTable(const std::string& path, CsvLayout layout) 
         "without --schema (--data libsvm:",
         path, " reads them as sparse features)"));
   }
-  table.header.names.push_back("label");
-  if (lowest != UINT64_MAX) {
-    for (uint64_t i = table.layout.first_index; i <= highest; ++i) {
-      table.header.names.push_back(absl::StrCat("f", i));
-    }
-  }
-  table.layout.names = table.header.names;
+  table.layout = LibSvmLayout(first, lowest == UINT64_MAX ? 0 : highest - first + 1);
+  table.header.names = table.layout.names;
   return table;
 }
 
@@ -176,12 +171,21 @@ auto OnePass(const CsvTable& table, const TextOptions& options, const Create& cr
 
 }  // namespace
 
+CsvLayout LibSvmLayout(uint64_t first_index, int64_t features) {
+  CsvLayout layout('\t');
+  layout.libsvm = true;
+  layout.first_index = first_index;
+  layout.names.push_back("label");
+  for (int64_t i = 0; i < features; ++i) layout.names.push_back(absl::StrCat("f", first_index + i));
+  return layout;
+}
+
 absl::StatusOr<CsvLayout> TableLayout(const DataSpec& spec) {
   if (spec.format == DataSpec::Format::kCsv) return CsvLayout(',');
   if (spec.format == DataSpec::Format::kLibSvm) {
     CsvLayout libsvm('\t');
     libsvm.libsvm = true;
-    return libsvm;
+    return libsvm;  // its columns are found when the table is opened
   }
   if (spec.format != DataSpec::Format::kCriteo) {
     return absl::InvalidArgumentError(

@@ -92,6 +92,7 @@ ModelJob::ModelJob(const JobConfig& config, int num_ps, Dataset data, TabularDat
       test_(std::move(tabular.test)),
       schema_json_(std::move(tabular.schema_json)),
       stats_json_(std::move(tabular.stats_json)),
+      layout_(std::move(tabular.layout)),
       model_config_(std::move(model_config)),
       model_(std::move(model)),
       num_ps_(num_ps) {}
@@ -203,6 +204,10 @@ void ModelJob::FillSpec(TrainingSpec* spec) const {
   spec->set_skip_bad_lines(config_.skip_bad_lines);
   spec->set_schema(schema_json_);
   spec->set_feature_stats(stats_json_);
+  if (layout_.libsvm && !layout_.names.empty()) {
+    spec->set_libsvm_features(static_cast<int64_t>(layout_.names.size()) - 1);
+    spec->set_libsvm_first_index(layout_.first_index);
+  }
   ModelSpec* m = spec->mutable_model();
   m->set_kind(model_config_.kind);
   m->set_dense_features(model_config_.dense_features);

@@ -36,6 +36,7 @@ struct TabularData {
   FeatureShape shape;
   bool regression = false;
   double label_mean = 0, label_stddev = 0;  // regression: of the training rows' label
+  CsvLayout layout;                         // the training file's (a LibSVM file's columns)
   Examples test;
 };
 absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Dataset& data);
@@ -80,6 +81,7 @@ class ModelJob {
   const Dataset data_;
   const Examples test_;
   const std::string schema_json_, stats_json_;  // with a schema
+  const CsvLayout layout_;                      // with a schema: the training file's
   const ModelConfig model_config_;
   const std::unique_ptr<Model> model_;
   const int num_ps_;

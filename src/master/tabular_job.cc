@@ -98,6 +98,7 @@ absl::StatusOr<TabularData> PrepareTabular(const JobConfig& config, const Datase
   t.regression = schema->task == Schema::Task::kRegression;
   t.label_mean = stats->label_mean;
   t.label_stddev = stats->label_stddev;
+  t.layout = table->layout;
   TextOptions held_out = training;
   held_out.first_record = data.test_begin();
   held_out.end_record = data.test_end();

@@ -137,6 +137,14 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   if (!stats.ok()) return stats.status();
   absl::StatusOr<CsvLayout> layout = TableLayout(*data);
   if (!layout.ok()) return layout.status();
+  if (layout->libsvm && spec.has_libsvm_features()) {
+    const int64_t features = spec.libsvm_features();
+    if (features < 0 || features > kMaxLibSvmColumns) {
+      return InvalidArgument("the job's LibSVM table has ", features, " feature columns, not 0 to ",
+                             kMaxLibSvmColumns);
+    }
+    *layout = LibSvmLayout(spec.libsvm_first_index(), features);
+  }
   absl::StatusOr<CsvTable> table = OpenCsvTable(data->path, *layout);
   if (!table.ok()) return table.status();
   absl::StatusOr<Transform> transform = CsvTransform(*std::move(schema), *std::move(stats), *table);
