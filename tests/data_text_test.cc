@@ -71,6 +71,27 @@ TEST_F(TextReaderTest, CsvWithoutHeaderReadsTheFirstLine) {
   EXPECT_FLOAT_EQ(e->dense_row(1)[0], 0.25f);
 }
 
+// A byte order mark (a spreadsheet's) before the first record is no part of it, and a line of
+// nothing else is blank: every reader and the count agree on the records.
+TEST_F(TextReaderTest, AByteOrderMarkIsNotPartOfTheFirstRecord) {
+  const std::string csv = Write("bom.csv",
+                                "\xEF\xBB\xBF"
+                                "1,0.5\n0,0.25\n");
+  absl::StatusOr<Examples> e = ReadCsv(csv, {}, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->labels, ElementsAre(1, 0)) << "the first line is a row, not a header";
+  const std::string svm = Write("bom.svm", "\xEF\xBB\xBF\n1 2:1\n0 3:1\n");
+  EXPECT_EQ(*CountRecords(svm), 2);
+  e = ReadLibSvm(svm, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->sparse_keys, ElementsAre(2, 3));
+  TextOptions last;
+  last.first_record = 1;
+  e = ReadLibSvm(svm, last);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_THAT(e->sparse_keys, ElementsAre(3));
+}
+
 TEST_F(TextReaderTest, CsvBadLinesNameFileAndLine) {
   const std::string path = Write("bad.csv", "1,2,3\n4,5\n6,x,7\n8,nan,9\n1,1,1\n");
   absl::StatusOr<Examples> e = ReadCsv(path, {}, {});

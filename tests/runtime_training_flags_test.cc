@@ -42,8 +42,8 @@ TEST(TrainingFlagsTest, ATablesDefaultsDependOnTheModel) {
   }
   EXPECT_FALSE(Parse({"--model", "linear", "--schema", "auto"}).cosine_if_regression);
   EXPECT_FALSE(Parse({"--model", "mlp"}).cosine_if_regression);
-  for (const char* flag : {"--lr_schedule", "--min_lr"}) {
-    const std::string value = std::string(flag) == "--min_lr" ? "0" : "constant";
+  for (const char* flag : {"--lr_schedule", "--min_lr", "--warmup_steps", "--lr_total_steps"}) {
+    const std::string value = std::string(flag) == "--lr_schedule" ? "constant" : "0";
     EXPECT_FALSE(Parse({"--model", "mlp", "--schema", "auto", flag, value}).cosine_if_regression)
         << flag;
   }

@@ -58,6 +58,14 @@ def launch(tmp_path, *flags):
                        "--test_data", "csv:%s" % (tmp_path / "test.csv"), *flags)
 
 
+# What the chief logs when it decays an MLP's rate for a regression.
+COSINE_FOR_REGRESSION = "--lr_schedule cosine: an mlp's regression decays its rate"
+
+
+def chief_log(tmp_path):
+    return (tmp_path / "logs" / "chief-0.log").read_text()
+
+
 def result(r):
     assert r.returncode == 0, r.stderr[-4000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -142,6 +150,7 @@ def mlp_against_scikit_learn(tmp_path, X, labels, header, folds):
         r = result(launch(tmp_path, "--model", "mlp", "--schema", "auto"))
         assert r["test_examples"] == len(yte), r
         assert 0 < r["macro_f1"] <= 1 and "auc" not in r, r
+        assert COSINE_FOR_REGRESSION not in chief_log(tmp_path)  # a classifier's rate is constant
         got.append(r["test_accuracy"])
     return got, reference
 
@@ -190,6 +199,8 @@ def test_every_model_regresses_a_numeric_target_within_five_percent_of_ridge(tmp
             assert r["test_examples"] == len(test) and 0 < r["mae"] <= r["rmse"], r
             assert "auc" not in r and "test_accuracy" not in r, r
             got[m].append(r["rmse"])
+            if m == "mlp":
+                assert COSINE_FOR_REGRESSION in chief_log(tmp_path)
     for m in models:
         assert np.mean(got[m]) <= 1.05 * np.mean(reference), (m, got[m], reference)
     # The same target as a written schema's regression, named by --label for an inferred one.

@@ -69,6 +69,9 @@ class LineReader {
 
 bool IsBlank(absl::string_view line) { return absl::StripAsciiWhitespace(line).empty(); }
 
+// Files saved by spreadsheets start with it; it is not part of the first record.
+constexpr absl::string_view kByteOrderMark = "\xEF\xBB\xBF";
+
 // Builds an Examples table row by row; a row is either finished or dropped as a whole.
 class TableBuilder {
  public:
@@ -113,9 +116,10 @@ class TableBuilder {
   Examples out_;
 };
 
-// Runs `parse_line` over every line of `path`. A line whose parse fails stops the read with an
-// error "path:line: what", or is dropped and counted under BadLines::kSkip. `parse_line` returns
-// false for a line it consumed without producing a row (a header).
+// Runs `parse_line` over the records of `path` in `options`' range (ForEachLine). A line whose
+// parse fails stops the read with an error "path:line: what", or is dropped and counted under
+// BadLines::kSkip. `parse_line` returns false for a line it consumed without producing a row (a
+// header).
 template <typename ParseLine>
 absl::StatusOr<Examples> ReadLines(const std::string& path, const TextOptions& options,
                                    TableBuilder* table, ParseLine parse_line) {
@@ -205,8 +209,7 @@ absl::StatusOr<int64_t> ForEachLine(const std::string& path, const TextOptions& 
   int64_t record = -1, skipped = 0;
   while ((options.end_record < 0 || record + 1 < options.end_record) && in.Next(&text)) {
     absl::string_view line = text;
-    // A byte order mark (files saved by spreadsheets) is not part of the first record.
-    if (in.number() == 1) absl::ConsumePrefix(&line, "\xEF\xBB\xBF");
+    if (in.number() == 1) absl::ConsumePrefix(&line, kByteOrderMark);
     if (IsBlank(line)) continue;
     if (++record < options.first_record) continue;
     absl::Status s = fn(line, in.number(), record);
@@ -251,12 +254,13 @@ uint64_t CategoricalKey(int field, uint32_t value, bool missing) {
 }
 
 absl::StatusOr<int64_t> CountRecords(const std::string& path) {
-  LineReader in;
-  if (absl::Status s = in.Open(path); !s.ok()) return s;
-  std::string line;
   int64_t records = 0;
-  while (in.Next(&line)) records += !IsBlank(line);
-  if (absl::Status s = in.FinalStatus(); !s.ok()) return s;
+  absl::StatusOr<int64_t> read =
+      ForEachLine(path, TextOptions{}, [&](absl::string_view, int64_t, int64_t) {
+        ++records;
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read.status();
   return records;
 }
 
@@ -268,6 +272,7 @@ absl::StatusOr<Examples> ReadCsv(const std::string& path, const CsvOptions& csv,
   if (absl::Status s = probe.Open(path); !s.ok()) return s;
   std::string first;
   if (!probe.Next(&first)) return Bad(absl::StrCat(path, ": empty file"));
+  if (absl::StartsWith(first, kByteOrderMark)) first.erase(0, kByteOrderMark.size());
   const std::vector<absl::string_view> head = absl::StrSplit(first, csv.delimiter);
   const int columns = static_cast<int>(head.size());
   if (csv.label_column < 0 || csv.label_column >= columns) {

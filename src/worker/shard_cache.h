@@ -17,7 +17,8 @@ namespace pstrain {
 class ShardCache {
  public:
   // The shard of `spec` (ReadShard): the one kept if the spec names the same data, records,
-  // shard and bad-line handling as the last read, else read now (and kept if it was read).
+  // shard, bad-line handling, schema, statistics and columns as the last read, else read now
+  // (and kept if it was read).
   absl::StatusOr<std::shared_ptr<const Examples>> Get(const TrainingSpec& spec);
 
  private:

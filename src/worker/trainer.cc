@@ -139,9 +139,10 @@ absl::StatusOr<Examples> ReadShard(const TrainingSpec& spec) {
   if (!layout.ok()) return layout.status();
   if (layout->libsvm && spec.has_libsvm_features()) {
     const int64_t features = spec.libsvm_features();
-    if (features < 0 || features > kMaxLibSvmColumns) {
-      return InvalidArgument("the job's LibSVM table has ", features, " feature columns, not 0 to ",
-                             kMaxLibSvmColumns);
+    if (features < 0 || features > kMaxLibSvmColumns || spec.libsvm_first_index() > 1) {
+      return InvalidArgument("the job's LibSVM table has ", features,
+                             " feature columns from index ", spec.libsvm_first_index(),
+                             ": not 0 to ", kMaxLibSvmColumns, " from 0 or 1");
     }
     *layout = LibSvmLayout(spec.libsvm_first_index(), features);
   }
