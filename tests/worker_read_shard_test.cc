@@ -1,11 +1,13 @@
 // A worker's shard of a table read through the chief's schema (worker/trainer.h ReadShard): a
 // LibSVM file opened with the columns the chief found, and a spec whose columns cannot be the
 // chief's refused.
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "features/features.h"
 #include "gmock/gmock.h"
@@ -22,6 +24,7 @@ using ::testing::HasSubstr;
 TEST(ReadShardTest, ALibSvmTableTakesTheChiefsColumnsAndRefusesOthers) {
   const std::string path = ::testing::TempDir() + "/read_shard.svm";
   std::ofstream(path) << "1 1:0.5 3:2\n0 2:1\n1 1:1 3:4\n0 4:9\n";
+  const absl::Cleanup remove = [&path] { std::remove(path.c_str()); };
   DataSpec data;
   data.format = DataSpec::Format::kLibSvm;
   data.path = path;
