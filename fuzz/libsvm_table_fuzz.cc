@@ -12,9 +12,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::FuzzTextReader(
       data, size, "data.svm",
       [](const std::string& path, const TextOptions& o) -> absl::StatusOr<Examples> {
-        CsvLayout layout('\t');
-        layout.libsvm = true;
-        absl::StatusOr<CsvTable> table = OpenCsvTable(path, layout);
+        DataSpec spec;  // --data libsvm:PATH
+        spec.format = DataSpec::Format::kLibSvm;
+        spec.path = path;
+        absl::StatusOr<CsvLayout> layout = TableLayout(spec);
+        FUZZ_CHECK(layout.ok(), layout.status().ToString());
+        absl::StatusOr<CsvTable> table = OpenCsvTable(path, *layout);
         if (!table.ok()) return table.status();
         const std::vector<std::string>& names = table->header.names;
         FUZZ_CHECK(!names.empty() && names[0] == "label" &&
